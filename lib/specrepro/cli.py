@@ -1,0 +1,47 @@
+"""The `specrepro` console script: a thin dispatcher.
+
+Each subcommand lives in the module that owns its concept and exposes
+``main(argv: list[str]) -> int``; the module is imported only when its
+subcommand runs, so `specrepro serve` on a GPU box never imports polars.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("specrepro.embedded.serve", "start the embedded OpenAI-compatible engine"),
+    "train": ("specrepro.embedded.train", "train the embedded target and drafters from a seed"),
+    "run": ("specrepro.harness.runner", "run a study (params/*.yaml) against an engine"),
+    "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
+    "check": ("specrepro.params", "validate a params file (suite, study or profile)"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: specrepro <command> [options]", "", "commands:"]
+    lines += [f"  {name:<8} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from specrepro import __version__
+
+        print(__version__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"specrepro: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Every metric of the suite, defined once (DESIGN.md, "Metrics, defined once").
+
+The harness computes cell figures with these functions and the analysis
+recomputes derived figures with the same ones, so a definition never drifts
+between the two. Inputs are plain numbers and sequences; nothing here knows an
+engine, a table library or a file. Missing inputs give ``None`` rather than a
+made-up zero, so a table shows a gap where nothing was measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den == 0:
+        return None
+    return num / den
+
+
+def acceptance_length(accepted_tokens: float | None, drafts: float | None) -> float | None:
+    """Tokens per target step, bonus token included: 1 + Δaccepted / Δdrafts.
+
+    This is `vllm bench serve`'s figure (vllm/v1/spec_decode/metrics.py). For
+    SGLang pass spec_num_correct_drafts and spec_verify_ct, which puts it on the
+    same footing (SGLang's own spec_accept_length also counts the prefill token).
+    """
+    r = _ratio(accepted_tokens, drafts)
+    return None if r is None else 1.0 + r
+
+
+def draft_acceptance_rate(accepted_tokens: float | None, draft_tokens: float | None) -> float | None:
+    """Share of proposed draft tokens that the target kept: Δaccepted / Δdraft_tokens."""
+    return _ratio(accepted_tokens, draft_tokens)
+
+
+def per_position_acceptance(accepted_per_pos: Sequence[float] | None,
+                            drafts: float | None) -> list[float] | None:
+    """Acceptance at draft position i: Δaccepted_per_pos[i] / Δdrafts.
+
+    Summed over positions it equals acceptance_length - 1, a check worth making:
+    article A's published per-position rates sum to 3.40 where its text says 3.16.
+    """
+    if accepted_per_pos is None or not drafts:
+        return None
+    return [a / drafts for a in accepted_per_pos]
+
+
+def agg_tok_s(output_tokens: float | None, wall_s: float | None) -> float | None:
+    """Aggregate decode throughput: output tokens / wall time of the window."""
+    return _ratio(output_tokens, wall_s)
+
+
+def per_stream_tok_s(aggregate_tok_s: float | None, concurrency: int | None) -> float | None:
+    return _ratio(aggregate_tok_s, concurrency)
+
+
+def step_ms(accept_len: float | None, stream_tok_s: float | None) -> float | None:
+    """Milliseconds per target step: 1000 × acceptance length / per-stream tok/s.
+
+    Article A: 3.16 tokens per step at 26.0 tok/s is a 122 ms step.
+    """
+    r = _ratio(accept_len, stream_tok_s)
+    return None if r is None else 1000.0 * r
+
+
+def tokens_per_joule(output_tokens: float | None, energy_j: float | None) -> float | None:
+    """Output tokens / ∫ board power dt."""
+    return _ratio(output_tokens, energy_j)
+
+
+def roofline_tok_s(accept_len: float, bandwidth_bytes_s: float, bytes_per_step: float) -> float:
+    """Bandwidth ceiling of one stream: acceptance length × bandwidth / bytes read per step."""
+    return accept_len * bandwidth_bytes_s / bytes_per_step
+
+
+def repeated_ngram_share(tokens: Sequence, n: int = 4) -> float | None:
+    """Share of n-grams in a sequence that occurred earlier in the same sequence.
+
+    Repetition is easy to draft and inflates acceptance (EMBEDDED_NOTES.md
+    lesson 4, article B's ignore_eos warning), so every acceptance figure has
+    this beside it. `tokens` may be token ids or words; None when the sequence
+    has no n-gram.
+    """
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    if not grams:
+        return None
+    seen: set[tuple] = set()
+    repeated = 0
+    for g in grams:
+        repeated += g in seen
+        seen.add(g)
+    return repeated / len(grams)
+
+
+def pooled_repeated_ngram_share(sequences: Sequence[Sequence], n: int = 4) -> float | None:
+    """Repeated-n-gram share over many outputs, weighting each by its n-gram count."""
+    total = repeated = 0
+    for seq in sequences:
+        share = repeated_ngram_share(seq, n)
+        if share is None:
+            continue
+        count = len(seq) - n + 1
+        total += count
+        repeated += share * count
+    return None if total == 0 else repeated / total
+
+
+def words(text: str) -> list[str]:
+    """Whitespace words: the unit for repetition when an engine returns no token ids."""
+    return text.split()
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in [0, 100]) as numpy's default; None when empty."""
+    xs = sorted(v for v in values if v is not None)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def relative_change_pct(new: float | None, old: float | None) -> float | None:
+    """(new / old − 1) × 100, the unit of article B's gates (+6.0 %, −2 %)."""
+    r = _ratio(new, old)
+    return None if r is None else (r - 1.0) * 100.0
+
