@@ -1,0 +1,349 @@
+"""params.py: wrong keys and values fail naming file and key; include and override merging;
+every shipped params file validates and resolves."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specrepro import params
+from specrepro.params import ParamsError
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = ROOT / "params"
+
+PROFILE = """
+engine: embedded
+command: [python, -m, specrepro.embedded.serve]
+model: {id: models/embedded, revision: null, served_name: embedded}
+flags: {max-num-seqs: 8, device: cpu}
+speculative: {method: dflash, num_speculative_tokens: 7}
+"""
+
+STUDY = """
+name: 01_drafter_block_sweep
+notebook: 01_drafter_block_sweep
+arms:
+  - {name: a, profile: p}
+  - name: b
+    profile: p
+    overrides: {speculative: {num_speculative_tokens: 5}}
+baseline: a
+workloads:
+  - {name: gsm8k, n: 4, max_tokens: 32}
+concurrency: [1, 2]
+"""
+
+SUITE = """
+name: t
+run_id: r
+results_dir: results
+notebooks:
+  01_drafter_block_sweep:
+    study: studies/01.yaml
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A params directory with one profile 'p', one study and one suite."""
+    write(tmp_path / "profiles/p.yaml", PROFILE)
+    write(tmp_path / "studies/01.yaml", STUDY)
+    write(tmp_path / "suite.yaml", SUITE)
+    return tmp_path
+
+
+def error_of(fn, *args) -> str:
+    with pytest.raises(ParamsError) as info:
+        fn(*args)
+    return str(info.value)
+
+
+# ------------------------------------------------------------------ wrong keys and values
+
+
+def test_unknown_top_level_key_names_file_key_and_suggestion(tree: Path):
+    write(tree / "studies/01.yaml", STUDY + "concurency: [4]\n")
+    msg = error_of(params.load_study, tree / "studies/01.yaml")
+    assert "studies/01.yaml: concurency: unknown key 'concurency'" in msg
+    assert "did you mean 'concurrency'" in msg
+
+
+def test_unknown_nested_key_names_dotted_path(tree: Path):
+    write(tree / "studies/01.yaml", STUDY.replace("overrides:", "overides:"))
+    msg = error_of(params.load_study, tree / "studies/01.yaml")
+    assert "arms[1].overides: unknown key 'overides' (did you mean 'overrides'?)" in msg
+
+
+def test_bad_type_says_expected_and_found(tree: Path):
+    write(tree / "studies/01.yaml", STUDY.replace("concurrency: [1, 2]", "concurrency: [1, eight]"))
+    msg = error_of(params.load_study, tree / "studies/01.yaml")
+    assert (
+        "studies/01.yaml: concurrency: expected a list of positive integers, found [1, 'eight']"
+        in msg
+    )
+
+
+def test_string_number_is_not_coerced(tree: Path):
+    write(tree / "studies/01.yaml", STUDY.replace("n: 4", "n: '4'"))
+    msg = error_of(params.load_study, tree / "studies/01.yaml")
+    assert "workloads[0].n: expected a valid integer, found '4'" in msg
+
+
+def test_sampling_bounds(tree: Path):
+    write(tree / "studies/01.yaml", STUDY + "sampling: [{temperature: 0.7, top_p: 0, top_k: 0}]\n")
+    msg = error_of(params.load_study, tree / "studies/01.yaml")
+    assert "sampling[0].top_p: expected a number in (0, 1], found 0" in msg
+    assert "sampling[0].top_k: expected -1 (off) or an integer >= 1, found 0" in msg
+
+
+@pytest.mark.parametrize(
+    "schedule, expected",
+    [
+        ("[[2, 8, 3]]", "expected the first range to start at 1, found [2, 8, 3]"),
+        ("[[1, 8, 7], [6, 32, 3]]", "do not overlap, found [1, 8, 7] and [6, 32, 3]"),
+        ("[[1, 8, -1]]", "expected k >= 0, found [1, 8, -1]"),
+        ("[[1, 8]]", "speculative.num_speculative_tokens_per_batch_size"),
+    ],
+)
+def test_bad_schedule(tree: Path, schedule: str, expected: str):
+    text = PROFILE.replace(
+        "num_speculative_tokens: 7}",
+        f"num_speculative_tokens: 7, num_speculative_tokens_per_batch_size: {schedule}}}",
+    )
+    write(tree / "profiles/p.yaml", text)
+    msg = error_of(params.load_profile, tree / "profiles/p.yaml")
+    assert "profiles/p.yaml: speculative.num_speculative_tokens_per_batch_size" in msg
+    assert expected in msg
+
+
+def test_good_schedule_and_draft_length_lookup():
+    spec = params.SpeculativeConfig(
+        method="dflash",
+        num_speculative_tokens=7,
+        num_speculative_tokens_per_batch_size=[[1, 12, 7], [16, 32, 3], [33, 64, 9]],
+    )
+    # covering range, gap takes the previous range's k, tail likewise, capped at 7
+    assert [spec.draft_tokens_at(b) for b in (1, 12, 14, 16, 40, 100)] == [7, 7, 7, 3, 7, 7]
+
+
+def test_missing_profile_names_study_file_and_key(tree: Path):
+    write(tree / "studies/01.yaml", STUDY.replace("profile: p}", "profile: q}"))
+    suite = params.load_suite(tree / "suite.yaml")
+    msg = error_of(params.resolve_study, suite, "01_drafter_block_sweep")
+    assert "studies/01.yaml: arms[0].profile: expected a profile in" in msg
+    assert "found 'q'" in msg
+
+
+def test_bad_baseline_names_the_arms(tree: Path):
+    write(tree / "studies/01.yaml", STUDY.replace("baseline: a", "baseline: c"))
+    msg = error_of(params.load_study, tree / "studies/01.yaml")
+    assert "studies/01.yaml: baseline: expected an arm name among ['a', 'b'], found 'c'" in msg
+
+
+def test_gate_references_are_checked(tree: Path):
+    gate = """
+gates:
+  - {name: g, metric: agg_toks, workload: essays, concurrency: 3, arm: b, op: ">=",
+     threshold: 3, kind: relative_pct}
+"""
+    write(tree / "studies/01.yaml", STUDY + gate)
+    msg = error_of(params.load_study, tree / "studies/01.yaml")
+    assert "gates[0].metric: expected a cells column" in msg and "'agg_tok_s'" in msg
+    assert "gates[0].workload: expected a workload among ['gsm8k'], found 'essays'" in msg
+    assert "gates[0].concurrency: expected a concurrency level among [1, 2], found 3" in msg
+    assert "gates[0].reference_arm: expected a reference arm" in msg
+
+
+def test_profile_rules(tree: Path):
+    write(tree / "profiles/p.yaml", PROFILE.replace("engine: embedded", "engine: attach"))
+    msg = error_of(params.load_profile, tree / "profiles/p.yaml")
+    assert "profiles/p.yaml: url: expected the URL of a running engine" in msg
+    assert "command: expected null for attach" in msg
+    write(tree / "profiles/p.yaml", PROFILE.replace("engine: embedded", "engine: sglang"))
+    msg = error_of(params.load_profile, tree / "profiles/p.yaml")
+    assert "return_spec_details: expected true for sglang, found None" in msg
+
+
+def test_unknown_notebook_id_in_suite(tree: Path):
+    write(tree / "suite.yaml", SUITE.replace("01_drafter_block_sweep:", "01_drafter_sweep:"))
+    msg = error_of(params.load_suite, tree / "suite.yaml")
+    assert "suite.yaml: notebooks.01_drafter_sweep: expected" in msg
+    assert "'01_drafter_block_sweep'" in msg
+
+
+def test_suite_override_error_points_at_the_suite(tree: Path):
+    write(tree / "suite.yaml", SUITE + "    overrides: {concurency: [1]}\n")
+    suite = params.load_suite(tree / "suite.yaml")
+    msg = error_of(params.resolve_study, suite, "01_drafter_block_sweep")
+    assert "suite.yaml: notebooks.01_drafter_block_sweep.overrides.concurency: unknown key" in msg
+
+
+def test_arm_override_error_points_at_the_study(tree: Path):
+    write(
+        tree / "studies/01.yaml",
+        STUDY.replace("num_speculative_tokens: 5", "num_speculative_tokens: 0"),
+    )
+    suite = params.load_suite(tree / "suite.yaml")
+    msg = error_of(params.resolve_study, suite, "01_drafter_block_sweep")
+    assert (
+        "studies/01.yaml: arms[1].overrides.speculative.num_speculative_tokens: "
+        "expected a positive integer, found 0"
+    ) in msg
+
+
+# ----------------------------------------------------------------------- merging
+
+
+def test_include_merges_mappings_replaces_lists_later_wins(tmp_path: Path):
+    write(tmp_path / "a.yaml", "x: {p: 1, q: 1}\nl: [1, 2]\ns: a\n")
+    write(tmp_path / "b.yaml", "x: {q: 2, r: 2}\ns: b\n")
+    write(tmp_path / "c.yaml", "include: [a.yaml, b.yaml]\nl: [3]\nx: {r: 3}\n")
+    tree = params.read_tree(tmp_path / "c.yaml")
+    assert tree.data == {"x": {"p": 1, "q": 2, "r": 3}, "l": [3], "s": "b"}
+    assert tree.prov.locate(("x", "p"))[0].endswith("a.yaml")
+    assert tree.prov.locate(("x", "q"))[0].endswith("b.yaml")
+    assert tree.prov.locate(("l",))[0].endswith("c.yaml")
+
+
+def test_error_in_included_file_names_that_file(tree: Path):
+    write(tree / "profiles/base.yaml", PROFILE.replace("flags:", "flgs:"))
+    write(tree / "profiles/p.yaml", "include: [base.yaml]\ndescription: child\n")
+    msg = error_of(params.load_profile, tree / "profiles/p.yaml")
+    assert "profiles/base.yaml: flgs: unknown key 'flgs' (did you mean 'flags'?)" in msg
+
+
+def test_include_cycle_fails(tmp_path: Path):
+    write(tmp_path / "a.yaml", "include: [b.yaml]\n")
+    write(tmp_path / "b.yaml", "include: [a.yaml]\n")
+    assert "include cycle" in error_of(params.read_tree, tmp_path / "a.yaml")
+
+
+def test_resolution_merges_suite_and_arm_overrides_and_maps_profiles(tree: Path):
+    write(tree / "profiles/p-gpu.yaml", PROFILE.replace("device: cpu", "device: cuda"))
+    write(
+        tree / "suite.yaml",
+        SUITE
+        + textwrap.indent(
+            textwrap.dedent("""
+        overrides: {concurrency: [1, 4, 8]}
+        profiles: {p: p-gpu}
+    """),
+            "    ",
+        ),
+    )
+    suite = params.load_suite(tree / "suite.yaml")
+    study = params.resolve_study(suite, "01_drafter_block_sweep")
+    assert study.concurrency == [1, 4, 8]
+    a, b = study.arms
+    assert a.resolved.name == "p-gpu" and a.resolved.flags["device"] == "cuda"
+    assert a.resolved.speculative.num_speculative_tokens == 7
+    assert b.resolved.speculative.num_speculative_tokens == 5
+    assert b.resolved.speculative.method == "dflash"  # untouched keys survive the merge
+    assert suite.results_path == (tree / "results").resolve()
+
+
+def test_unused_profile_substitution_fails(tree: Path):
+    write(tree / "suite.yaml", SUITE + "    profiles: {nope: p}\n")
+    suite = params.load_suite(tree / "suite.yaml")
+    msg = error_of(params.resolve_study, suite, "01_drafter_block_sweep")
+    assert "notebooks.01_drafter_block_sweep.profiles.nope" in msg
+
+
+def test_cells_respect_skip_and_seeds(tree: Path):
+    write(
+        tree / "studies/01.yaml",
+        STUDY
+        + textwrap.dedent("""
+        repeats: 2
+        seeds: [11, 22]
+        skip: [{arm: b, concurrency: [2]}]
+    """),
+    )
+    study = params.load_study(tree / "studies/01.yaml")
+    cells = [(c.arm.name, c.concurrency, c.repeat, c.seed) for c in study.cells()]
+    assert cells == [
+        ("a", 1, 0, 11),
+        ("a", 1, 1, 22),
+        ("a", 2, 0, 11),
+        ("a", 2, 1, 22),
+        ("b", 1, 0, 11),
+        ("b", 1, 1, 22),
+    ]
+    write(tree / "studies/01.yaml", STUDY + "repeats: 2\nseeds: [11]\n")
+    assert "seeds: expected one seed per repeat (2), found 1" in error_of(
+        params.load_study, tree / "studies/01.yaml"
+    )
+
+
+def test_gate_passes():
+    gate = params.Gate(
+        name="g",
+        metric="agg_tok_s",
+        workload="essays",
+        concurrency=1,
+        arm="b",
+        reference_arm="a",
+        op=">=",
+        threshold=3.0,
+        kind="relative_pct",
+    )
+    assert gate.passes(103.5, 100.0) and not gate.passes(102.0, 100.0)
+
+
+def test_check_notebook_params():
+    allowed = {"params_file": {}, "notebook_id": {}, "replay": {}}
+    params.check_notebook_params({"params_file": "x", "replay": True}, allowed)
+    with pytest.raises(ParamsError, match="unknown parameter 'replya' .did you mean 'replay'"):
+        params.check_notebook_params({"replya": True}, allowed)
+
+
+# ----------------------------------------------------------------- shipped files
+
+
+SHIPPED = sorted(PARAMS.glob("profiles/*.yaml")) + sorted(PARAMS.glob("studies/*.yaml"))
+SUITES = [p for p in sorted(PARAMS.glob("*.yaml")) if p.name != "base.yaml"]
+
+
+@pytest.mark.parametrize("path", SHIPPED + SUITES, ids=lambda p: str(p.relative_to(PARAMS)))
+def test_shipped_params_validate(path: Path):
+    assert params.summarize(path)
+
+
+@pytest.mark.parametrize("name", ["smoke.yaml", "default.yaml"])
+def test_shipped_suites_cover_every_notebook(name: str):
+    suite = params.load_suite(PARAMS / name)
+    assert set(suite.notebooks) == set(params.NOTEBOOK_IDS)
+    for nb, study in params.resolve_all(suite).items():
+        assert study.notebook_id == nb and any(True for _ in study.cells())
+        assert all(a.resolved.engine in ("embedded", "transformers") for a in study.arms)
+
+
+def test_smoke_is_tiny():
+    suite = params.load_suite(PARAMS / "smoke.yaml")
+    for study in params.resolve_all(suite).values():
+        assert all(w.n <= 4 and w.max_tokens <= 32 for w in study.workloads)
+        assert max(study.concurrency) <= 2
+
+
+def test_check_command(tree: Path, capsys):
+    assert params.main([str(tree / "suite.yaml")]) == 0
+    assert "suite 't'" in capsys.readouterr().out
+    write(tree / "studies/01.yaml", STUDY + "bogus: 1\n")
+    assert params.main([str(tree / "suite.yaml")]) == 2
+    assert "bogus: unknown key 'bogus'" in capsys.readouterr().err
+
+
+def test_resolved_profiles_remember_their_file(tree: Path):
+    suite = params.load_suite(tree / "suite.yaml")
+    study = params.resolve_study(suite, "01_drafter_block_sweep")
+    assert study.arms[0].resolved.source.endswith("profiles/p.yaml")
+    assert params.load_profile(tree / "profiles/p.yaml").source.endswith("profiles/p.yaml")
