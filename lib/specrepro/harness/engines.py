@@ -1,0 +1,710 @@
+"""Engine adapters: a profile → an argv, a running server, its version, its startup facts.
+
+Design:
+- One adapter per engine kind (`VLLMAdapter`, `SGLangAdapter`, `EmbeddedAdapter`,
+  `AttachAdapter`), each a small class that knows that engine's flags, readiness
+  signal, version route, startup log lines and metric family (ENGINE_FACTS.md).
+- Flags are data (`profile.flags`), rendered to an argv list, never a shell string.
+  Every vLLM/SGLang flag, speculative-config key and method value is checked against
+  the lists `scripts/extract_engine_cli.py` generated from the real wheels
+  (`engine_cli/*.json`); a wrong one fails as a `ParamsError` naming the profile file
+  and the flag. Flags the adapter derives from profile fields (model, port,
+  parallelism, speculation) may not also appear in `flags`.
+- `launch()` starts the command in its own process group with the profile's env, logs
+  to a file, and waits on the engine's own readiness signal (vLLM and the embedded
+  engine `GET /health`; SGLang `GET /ready`, never `/health`, which runs a generation
+  and pollutes the counters). It fails fast when the process exits, and at the
+  profile's `ready_timeout_s`, with the log's tail in the error; on any error,
+  Ctrl-C included, the group is stopped before the exception propagates.
+- `EngineHandle.stop()` sends SIGTERM to the group, waits, then SIGKILL; handles are
+  context managers and every live one is stopped at interpreter exit (atexit).
+- The harness reaches engines over HTTP only (stdlib `urllib`: a few small blocking
+  calls; the load generator has its own async client).
+"""
+
+from __future__ import annotations
+
+import atexit
+import difflib
+import functools
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from specrepro.harness import promtext
+from specrepro.params import ParamsError, Problem, Profile
+
+STOP_GRACE_S = 30.0  # SIGTERM → SIGKILL: vLLM's engine cores need a few seconds to exit
+POLL_S = (0.1, 1.0)  # readiness polling starts fast and backs off to once a second
+LOG_TAIL_LINES = 40
+
+
+class EngineError(RuntimeError):
+    """The engine failed to start, died, or did not become ready; the message has the log tail."""
+
+
+# ------------------------------------------------------------------ accepted flag lists
+
+
+@functools.cache
+def engine_cli(name: str) -> dict:
+    """The generated list of what one engine version accepts (engine_cli/<name>.json)."""
+    text = resources.files("specrepro.harness").joinpath("engine_cli", f"{name}.json").read_text()
+    return json.loads(text)
+
+
+def profile_file(profile: Profile, source: str | Path | None = None) -> str:
+    """The file to name in an error: the given source, else the profile's conventional path."""
+    if source is not None:
+        return str(source)
+    return str(getattr(profile, "source", None) or f"params/profiles/{profile.name}.yaml")
+
+
+def flag_name(key: str) -> str:
+    """`gpu-memory-utilization`, `--gpu-memory-utilization` or `gpu_memory_utilization` → `--…`."""
+    return "--" + key.lstrip("-").replace("_", "-")
+
+
+def _suggest(found: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(found, valid, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclass
+class FlagCheck:
+    """Collects every problem of one profile's argv so the error lists them all at once."""
+
+    file: str
+    what: str  # "vLLM 0.33.0"
+    problems: list[Problem] = field(default_factory=list)
+
+    def fail(self, key: str, message: str) -> None:
+        self.problems.append(Problem(self.file, key, message))
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise ParamsError(self.problems)
+
+    def one_of(self, key: str, found: Any, valid: list[str], what: str) -> bool:
+        if found in valid:
+            return True
+        self.fail(key, f"expected {what} {self.what} accepts, found {found!r}"
+                       f"{_suggest(str(found), valid)}")
+        return False
+
+
+def render_flags(flags: dict[str, Any], accepted: dict, reserved: dict[str, str],
+                 check: FlagCheck) -> list[str]:
+    """profile.flags → argv: true → bare flag, false → `--no-flag` (or nothing for a
+    store_true flag), a mapping → compact JSON, a list → one value per item (nargs),
+    anything else → its text. Each flag and each listed choice is checked."""
+    known, choices = set(accepted["flags"]), accepted.get("flag_choices", {})
+    argv: list[str] = []
+    for key, value in flags.items():
+        name, where = flag_name(key), f"flags.{key}"
+        if name in reserved:
+            check.fail(where, f"expected it from the profile's {reserved[name]}, found it in flags")
+            continue
+        if not check.one_of(where, name, sorted(known), "a flag"):
+            continue
+        if value is None:
+            continue
+        if value is True:
+            argv.append(name)
+        elif value is False:
+            negated = "--no-" + name[2:]
+            argv += [negated] if negated in known else []
+        elif isinstance(value, dict):
+            argv += [name, json.dumps(value, separators=(",", ":"))]
+        elif isinstance(value, list):
+            argv += [name, *(str(v) for v in value)]
+        else:
+            if name in choices:
+                check.one_of(where, str(value), choices[name], f"a value of {name}")
+            argv += [name, str(value)]
+    return argv
+
+
+# ------------------------------------------------------------------------ startup facts
+
+
+@dataclass(frozen=True)
+class StartupInfo:
+    """What the engine's startup log says about its capacity."""
+
+    kv_pool_tokens: int | None = None
+    max_concurrency: float | None = None  # vLLM: full-length requests the pool holds; SGLang: slots
+    tokens_per_request: int | None = None  # the length vLLM's concurrency figure refers to
+    max_running_requests: int | None = None
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+VLLM_KV_RE = re.compile(r"KV cache size: ([\d,]+) tokens")
+VLLM_CONC_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+SGLANG_KV_RE = re.compile(r"max_total_num_tokens=(\d+)")
+SGLANG_RUNNING_RE = re.compile(r"max_running_requests=(\d+)")
+
+
+def parse_vllm_log(text: str) -> StartupInfo:
+    """`GPU KV cache size: 1,234,567 tokens` and `Maximum concurrency for 32,768 tokens per
+    request: 37.68x` (thousands separators included); the first occurrence wins."""
+    kv, conc = VLLM_KV_RE.search(text), VLLM_CONC_RE.search(text)
+    return StartupInfo(
+        kv_pool_tokens=_int(kv.group(1)) if kv else None,
+        max_concurrency=float(conc.group(2)) if conc else None,
+        tokens_per_request=_int(conc.group(1)) if conc else None,
+    )
+
+
+def parse_sglang_log(text: str) -> StartupInfo:
+    """`max_total_num_tokens=N, chunked_prefill_size=…, max_running_requests=M, …`; the
+    last occurrence wins (SGLang may reset max_running_requests, e.g. to 48 under
+    speculation, and prints the line after doing so)."""
+    kv, running = SGLANG_KV_RE.findall(text), SGLANG_RUNNING_RE.findall(text)
+    slots = int(running[-1]) if running else None
+    return StartupInfo(kv_pool_tokens=int(kv[-1]) if kv else None,
+                       max_concurrency=None if slots is None else float(slots),
+                       max_running_requests=slots)
+
+
+# ------------------------------------------------------------------------------ HTTP
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of a GET; status 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return 0, b""
+
+
+def http_json(url: str, timeout: float = 5.0) -> Any:
+    status, body = http_get(url, timeout)
+    if status != 200:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+# ---------------------------------------------------------------------------- handles
+
+
+_LIVE: set[EngineHandle] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """No orphan engines: whatever exit path the interpreter takes that runs atexit."""
+    for handle in list(_LIVE):
+        handle.stop()
+
+
+@dataclass(eq=False)
+class EngineHandle:
+    """A running engine (launched here, or attached to), and how to read it."""
+
+    profile: Profile
+    adapter: EngineAdapter
+    url: str
+    process: subprocess.Popen | None = None
+    log_path: Path | None = None
+    argv: list[str] | None = None
+    version: str | None = None
+    startup: StartupInfo = field(default_factory=StartupInfo)
+    warnings: list[str] = field(default_factory=list)
+    attached: str | None = None  # attach: the engine found behind the URL
+
+    @property
+    def engine(self) -> str:
+        """Which metric family the counters use: 'vllm', 'embedded' or 'sglang'."""
+        return self.adapter.metrics_engine(self)
+
+    def alive(self) -> bool:
+        return self.process is None or self.process.poll() is None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def metrics_text(self) -> str | None:
+        status, body = http_get(f"{self.url}/metrics", timeout=10.0)
+        return body.decode(errors="replace") if status == 200 else None
+
+    def counters(self) -> promtext.SpecCounters:
+        """A scrape of /metrics; every field None when the endpoint is missing."""
+        text = self.metrics_text()
+        return promtext.parse(text or "", self.engine)
+
+    def request_extras(self) -> dict:
+        return self.adapter.request_extras(self.profile)
+
+    def stop(self) -> None:
+        """SIGTERM the process group, wait, SIGKILL what is left. Idempotent; a second
+        Ctrl-C while it waits kills the group at once."""
+        _LIVE.discard(self)
+        proc = self.process
+        if proc is None:
+            return
+        pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
+        try:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            # Children the leader left behind still carry the group id.
+            deadline = time.monotonic() + STOP_GRACE_S
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            _signal_group(pgid, signal.SIGKILL)
+            proc.wait()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs; zombies (exited, not yet reaped by
+    init) do not count. Reads /proc where there is one, else probes with signal 0."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, _ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------- adapters
+
+
+class EngineAdapter:
+    """What every engine adapter offers; subclasses fill in the engine's own facts."""
+
+    kind: ClassVar[str]
+    ready_path: ClassVar[str] = "/health"
+
+    # -- argv
+    def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
+        raise NotImplementedError
+
+    def command(self, profile: Profile) -> list[str]:
+        """The profile's command; `{python}` stands for this interpreter."""
+        return [sys.executable if part == "{python}" else part for part in profile.command or []]
+
+    # -- facts read from the running engine
+    def version(self, url: str) -> str | None:
+        body = http_json(f"{url}/version")
+        return None if body is None else body.get("version")
+
+    def parse_log(self, text: str) -> StartupInfo:
+        return parse_vllm_log(text)
+
+    def request_extras(self, profile: Profile) -> dict:
+        return {}
+
+    def metrics_engine(self, handle: EngineHandle) -> str:
+        return self.kind
+
+    def url(self, profile: Profile) -> str:
+        return f"http://{profile.host}:{profile.port}"
+
+    # -- lifecycle
+    def launch(self, profile: Profile, log_dir: str | Path,
+               source: str | Path | None = None) -> EngineHandle:
+        """Start the engine and return once it is ready; on any failure nothing is left running."""
+        argv = self.render_argv(profile, source)
+        url = self.url(profile)
+        if port_open(profile.host, profile.port):
+            raise EngineError(f"profile {profile.name!r}: something already listens on "
+                              f"{profile.host}:{profile.port}; stop it or change the port")
+        log_dir = Path(log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"{profile.name}.log"
+        with log_path.open("ab") as log:
+            log.write(f"$ {' '.join(argv)}\n".encode())
+            log.flush()
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True,
+                                       env={**os.environ, **profile.env})
+        handle = EngineHandle(profile, self, url, process, log_path, argv)
+        _LIVE.add(handle)
+        try:
+            self.wait_ready(handle, profile.ready_timeout_s)
+            self.describe(handle)
+        except BaseException:
+            handle.stop()
+            raise
+        return handle
+
+    def wait_ready(self, handle: EngineHandle, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        pause = POLL_S[0]
+        while True:
+            if handle.process is not None and handle.process.poll() is not None:
+                raise EngineError(
+                    f"profile {handle.profile.name!r}: the engine exited with code "
+                    f"{handle.process.returncode} before it was ready; log {handle.log_path}, "
+                    f"last lines:\n{handle.log_tail()}")
+            if http_get(handle.url + self.ready_path, timeout=2.0)[0] == 200:
+                return
+            if time.monotonic() > deadline:
+                raise EngineError(
+                    f"profile {handle.profile.name!r}: not ready at {handle.url}{self.ready_path} "
+                    f"after {timeout_s:g} s (ready_timeout_s); log {handle.log_path}, "
+                    f"last lines:\n{handle.log_tail()}")
+            time.sleep(pause)
+            pause = min(pause * 1.5, POLL_S[1])
+
+    def describe(self, handle: EngineHandle) -> None:
+        """Version and startup facts, and a warning where the version is not the expected one."""
+        handle.version = self.version(handle.url)
+        if handle.log_path is not None:
+            handle.startup = self.parse_log(handle.log_path.read_text(errors="replace"))
+        expected = handle.profile.engine_version
+        if expected and handle.version and not handle.version.endswith(expected):
+            handle.warnings.append(f"profile {handle.profile.name!r} expects {self.kind} "
+                                   f"{expected}, the engine reports {handle.version}")
+
+
+class VLLMAdapter(EngineAdapter):
+    """`vllm serve MODEL …`, flags checked against vLLM 0.33.0's generated list."""
+
+    kind = "vllm"
+    cli = "vllm-0.33.0"
+    what = "vLLM 0.33.0"
+    reserved: ClassVar[dict[str, str]] = {"--model": "model.id", "--revision": "model.revision",
+                "--served-model-name": "model.served_name", "--host": "host", "--port": "port",
+                "--tensor-parallel-size": "parallel", "--data-parallel-size": "parallel",
+                "--speculative-config": "speculative", "--spec-method": "speculative",
+                "--spec-model": "speculative", "--spec-tokens": "speculative"}
+    # Methods that read a separate checkpoint: the profile's drafter.
+    drafter_methods = ("dflash", "draft_model", "eagle", "eagle3", "dspark")
+
+    def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
+        accepted = engine_cli(self.cli)
+        check = FlagCheck(profile_file(profile, source), self.what)
+        argv = [*self.command(profile), profile.model.id]
+        argv += self.model_flags(profile)
+        if profile.speculative is not None:
+            spec = self.speculative_config(profile, accepted, check)
+            argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        if any(flag_name(k) == "--disable-log-stats" and v for k, v in profile.flags.items()):
+            check.fail("flags.disable-log-stats", "expected the engine's metrics on (the harness "
+                       "reads acceptance from them), found disable-log-stats, which removes them")
+        self.check_compilation(profile, accepted, check)
+        argv += render_flags(profile.flags, accepted, self.reserved, check)
+        check.raise_if_any()
+        return argv
+
+    def model_flags(self, profile: Profile) -> list[str]:
+        argv = []
+        if profile.model.revision:
+            argv += ["--revision", profile.model.revision]
+        if profile.model.served_name:
+            argv += ["--served-model-name", profile.model.served_name]
+        argv += ["--host", profile.host, "--port", str(profile.port)]
+        if profile.parallel.tensor_parallel_size > 1:
+            argv += ["--tensor-parallel-size", str(profile.parallel.tensor_parallel_size)]
+        if profile.parallel.data_parallel_size > 1:
+            argv += ["--data-parallel-size", str(profile.parallel.data_parallel_size)]
+        return argv
+
+    def speculative_config(self, profile: Profile, accepted: dict, check: FlagCheck) -> dict:
+        """The `--speculative-config` JSON: the profile's keys, the drafter as model/revision."""
+        spec = profile.speculative.model_dump(mode="json", exclude_none=True)
+        if spec["method"] in self.drafter_methods and "model" not in spec:
+            if profile.drafter is None:
+                check.fail("drafter", f"expected a drafter checkpoint for method "
+                                      f"{spec['method']!r}, found none")
+            else:
+                spec["model"] = profile.drafter.id
+                if profile.drafter.revision:
+                    spec["revision"] = profile.drafter.revision
+        for key, value in spec.items():
+            where = f"speculative.{key}"
+            if not check.one_of(where, key, accepted["speculative_config_keys"],
+                                "a --speculative-config key"):
+                continue
+            if key == "method":
+                check.one_of(where, value, accepted["speculative_methods"], "a speculative method")
+            elif key == "quantization":
+                check.one_of(where, value, accepted["quantization_methods"], "a quantization method")
+            elif key in accepted["speculative_config_choices"]:
+                check.one_of(where, value, accepted["speculative_config_choices"][key],
+                             f"a value of {key}")
+        return spec
+
+    def check_compilation(self, profile: Profile, accepted: dict, check: FlagCheck) -> None:
+        """`compilation-config` keys and its cudagraph_mode (case-insensitive in vLLM)."""
+        for key, value in profile.flags.items():
+            if flag_name(key) != "--compilation-config" or not isinstance(value, dict):
+                continue
+            for sub, sub_value in value.items():
+                where = f"flags.{key}.{sub}"
+                if check.one_of(where, sub, accepted["compilation_config_keys"],
+                                "a compilation-config key") and sub == "cudagraph_mode":
+                    check.one_of(where, str(sub_value).upper(), accepted["cudagraph_modes"],
+                                 "a cudagraph_mode")
+
+
+class EmbeddedAdapter(VLLMAdapter):
+    """`python -m specrepro.embedded.serve --model DIR …`: it mirrors `vllm serve`.
+
+    Its flags are the contract in docs/architecture.md ("the embedded server's command
+    line"); it prints vLLM's startup lines and exposes vLLM's metric names.
+    """
+
+    kind = "embedded"
+    what = "the embedded engine"
+    # docs/architecture.md, "Contract: the embedded server's command line".
+    CONTRACT_FLAGS = ("--model", "--served-model-name", "--host", "--port", "--device", "--dtype",
+                      "--quantization", "--max-num-seqs", "--max-model-len",
+                      "--max-num-batched-tokens", "--kv-cache-memory-bytes",
+                      "--speculative-config", "--max-waiting", "--seed", "--compile",
+                      "--no-compile", "--log-file")
+    SPEC_KEYS = ("method", "num_speculative_tokens", "num_speculative_tokens_per_batch_size",
+                 "quantization", "prompt_lookup_min", "prompt_lookup_max", "model")
+    SPEC_METHODS = ("mtp", "dflash", "draft_model", "ngram")
+
+    def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
+        accepted = {"flags": list(self.CONTRACT_FLAGS), "flag_choices": {
+            "--device": ["cpu", "cuda"], "--dtype": ["float32", "bfloat16"],
+            "--quantization": ["none", "nvfp4"]}}
+        check = FlagCheck(profile_file(profile, source), self.what)
+        if profile.parallel.tensor_parallel_size > 1 or profile.parallel.data_parallel_size > 1:
+            check.fail("parallel", "expected 1 and 1 (the embedded engine has no tensor or data "
+                                   f"parallelism), found {profile.parallel.model_dump()}")
+        argv = [*self.command(profile), "--model", profile.model.id]
+        if profile.model.served_name:
+            argv += ["--served-model-name", profile.model.served_name]
+        argv += ["--host", profile.host, "--port", str(profile.port)]
+        if profile.speculative is not None:
+            spec = profile.speculative.model_dump(mode="json", exclude_none=True)
+            for key, value in spec.items():
+                if check.one_of(f"speculative.{key}", key, list(self.SPEC_KEYS),
+                                "a --speculative-config key") and key == "method":
+                    check.one_of("speculative.method", value, list(self.SPEC_METHODS), "a method")
+            if spec.get("quantization") not in (None, "fp8_per_tensor"):
+                check.fail("speculative.quantization", "expected null or 'fp8_per_tensor', "
+                                                       f"found {spec['quantization']!r}")
+            argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        argv += render_flags(profile.flags, accepted, self.reserved, check)
+        check.raise_if_any()
+        return argv
+
+
+class SGLangAdapter(EngineAdapter):
+    """`python -m sglang.launch_server --model-path MODEL …`, checked against SGLang 0.5.23."""
+
+    kind = "sglang"
+    cli = "sglang-0.5.23"
+    what = "SGLang 0.5.23"
+    ready_path = "/ready"  # never /health: it runs a real generation (ENGINE_FACTS §5)
+    # vLLM method → SGLang algorithm. NEXTN is SGLang's name for MTP (an EAGLE alias).
+    ALGORITHMS: ClassVar[dict[str, str]] = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "dflash": "DFLASH",
+                  "draft_model": "STANDALONE", "ngram": "NGRAM", "dspark": "DSPARK"}
+    SPEC_FLAGS = ("--speculative-algorithm", "--speculative-num-steps",
+                  "--speculative-eagle-topk", "--speculative-num-draft-tokens",
+                  "--speculative-dflash-block-size", "--speculative-draft-model-path",
+                  "--speculative-draft-model", "--speculative-draft-model-revision",
+                  "--speculative-draft-model-quantization",
+                  "--speculative-use-block-verification")
+    reserved: ClassVar[dict[str, str]] = {"--model-path": "model.id", "--model": "model.id",
+                "--revision": "model.revision", "--served-model-name": "model.served_name",
+                "--host": "host", "--port": "port", "--tp-size": "parallel",
+                "--tensor-parallel-size": "parallel", "--dp-size": "parallel",
+                "--data-parallel-size": "parallel", "--enable-metrics": "engine (always on)",
+                **{f: "speculative" for f in SPEC_FLAGS}}
+
+    def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
+        accepted = engine_cli(self.cli)
+        check = FlagCheck(profile_file(profile, source), self.what)
+        argv = [*self.command(profile), "--model-path", profile.model.id]
+        if profile.model.revision:
+            argv += ["--revision", profile.model.revision]
+        if profile.model.served_name:
+            argv += ["--served-model-name", profile.model.served_name]
+        argv += ["--host", profile.host, "--port", str(profile.port)]
+        if profile.parallel.tensor_parallel_size > 1:
+            argv += ["--tp-size", str(profile.parallel.tensor_parallel_size)]
+        if profile.parallel.data_parallel_size > 1:
+            argv += ["--dp-size", str(profile.parallel.data_parallel_size)]
+        if profile.speculative is not None:
+            argv += self.speculative_flags(profile, accepted, check)
+        argv.append("--enable-metrics")  # off by default; /metrics needs it
+        argv += render_flags(profile.flags, accepted, self.reserved, check)
+        for i, part in enumerate(argv):  # the derived flags must exist in this version too
+            if i >= len(self.command(profile)) and part.startswith("--") \
+                    and part not in accepted["flags"]:
+                check.fail("speculative", f"expected flags {self.what} accepts, the adapter "
+                                          f"rendered {part!r}")
+        check.raise_if_any()
+        return argv
+
+    def speculative_flags(self, profile: Profile, accepted: dict, check: FlagCheck) -> list[str]:
+        """Same K on both engines: vLLM K drafts = SGLang steps K, topk 1, K+1 draft tokens
+        (EAGLE/NEXTN/STANDALONE) or a DFLASH block of K+1 (ENGINE_FACTS §5)."""
+        spec = profile.speculative
+        algorithm = self.ALGORITHMS.get(spec.method)
+        if algorithm is None or algorithm not in accepted["speculative_algorithms"]:
+            check.fail("speculative.method", f"expected a method {self.what} has an algorithm "
+                                             f"for ({sorted(self.ALGORITHMS)}), found {spec.method!r}")
+            return []
+        for key in ("num_speculative_tokens_per_batch_size", "prompt_lookup_min",
+                    "prompt_lookup_max", "draft_sample_method"):
+            if getattr(spec, key) is not None:
+                check.fail(f"speculative.{key}", f"expected none ({self.what} has no equivalent), "
+                                                 f"found {getattr(spec, key)!r}")
+        k = spec.num_speculative_tokens
+        argv = ["--speculative-algorithm", algorithm]
+        if algorithm == "DFLASH":
+            argv += ["--speculative-dflash-block-size", str(k + 1)]
+        elif algorithm != "NGRAM" and k is not None:
+            argv += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+                     "--speculative-num-draft-tokens", str(k + 1)]
+        drafter = spec.model or (profile.drafter.id if profile.drafter else None)
+        if algorithm in ("DFLASH", "STANDALONE", "EAGLE3", "DSPARK") and drafter is None:
+            check.fail("drafter", f"expected a drafter checkpoint for {algorithm}, found none")
+        if drafter is not None and algorithm != "NEXTN":
+            argv += ["--speculative-draft-model-path", drafter]
+            if profile.drafter is not None and profile.drafter.revision and not spec.model:
+                argv += ["--speculative-draft-model-revision", profile.drafter.revision]
+        if spec.quantization is not None:
+            choices = accepted["flag_choices"]["--speculative-draft-model-quantization"]
+            check.one_of("speculative.quantization", spec.quantization, choices,
+                         "a draft quantization")
+            argv += ["--speculative-draft-model-quantization", spec.quantization]
+        if spec.rejection_sample_method == "block":
+            argv.append("--speculative-use-block-verification")
+        elif spec.rejection_sample_method not in (None, "standard"):
+            check.fail("speculative.rejection_sample_method", f"expected standard or block on "
+                       f"{self.what}, found {spec.rejection_sample_method!r}")
+        return argv
+
+    def version(self, url: str) -> str | None:
+        body = http_json(f"{url}/server_info")  # SGLang has no /version route
+        return None if body is None else body.get("version")
+
+    def parse_log(self, text: str) -> StartupInfo:
+        return parse_sglang_log(text)
+
+    def request_extras(self, profile: Profile) -> dict:
+        # Per-response acceptance fields under sglext.spec_tokens_details (§4.4).
+        return {"return_spec_tokens_details": True} if profile.return_spec_details else {}
+
+
+class AttachAdapter(EngineAdapter):
+    """A server someone else started (article A measured through its production proxy).
+
+    Nothing is launched or stopped. Which engine answers decides how counters are read:
+    `profile.attached_engine` where the profile schema has it, else detected from the
+    routes (`/version` answers on vLLM and the embedded engine, `/server_info` on SGLang).
+    """
+
+    kind = "attach"
+
+    def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
+        return []
+
+    def url(self, profile: Profile) -> str:
+        return (profile.url or "").rstrip("/").removesuffix("/v1")
+
+    def launch(self, profile: Profile, log_dir: str | Path | None = None,
+               source: str | Path | None = None) -> EngineHandle:
+        handle = EngineHandle(profile, self, self.url(profile))
+        probe = self.detect(handle.url, getattr(profile, "attached_engine", None))
+        if probe is None:
+            raise EngineError(f"profile {profile.name!r}: no engine answers at {handle.url} "
+                              "(tried /version and /server_info)")
+        handle.attached = probe
+        adapter = ADAPTERS[probe]
+        if http_get(handle.url + adapter.ready_path, timeout=5.0)[0] != 200:
+            raise EngineError(f"profile {profile.name!r}: {handle.url}{adapter.ready_path} "
+                              "is not 200; the engine is not ready")
+        handle.version = adapter.version(handle.url)
+        return handle
+
+    @staticmethod
+    def detect(url: str, declared: str | None = None) -> str | None:
+        if declared is not None:
+            return declared
+        body = http_json(f"{url}/version")
+        if body is not None:
+            return "embedded" if "specrepro-embedded" in str(body.get("version")) else "vllm"
+        return "sglang" if http_json(f"{url}/server_info") is not None else None
+
+    def metrics_engine(self, handle: EngineHandle) -> str:
+        return handle.attached or "vllm"
+
+    def request_extras(self, profile: Profile) -> dict:
+        return {"return_spec_tokens_details": True} if profile.return_spec_details else {}
+
+
+ADAPTERS: dict[str, EngineAdapter] = {
+    "vllm": VLLMAdapter(), "sglang": SGLangAdapter(), "embedded": EmbeddedAdapter(),
+    "attach": AttachAdapter(),
+}
+
+
+def adapter_for(profile: Profile) -> EngineAdapter:
+    if profile.engine not in ADAPTERS:  # e.g. the in-process transformers peer (peer.py)
+        raise EngineError(f"profile {profile.name!r}: engine {profile.engine!r} is not an HTTP "
+                          f"server; expected one of {sorted(ADAPTERS)}")
+    return ADAPTERS[profile.engine]
+
+
+def render_argv(profile: Profile, source: str | Path | None = None) -> list[str]:
+    return adapter_for(profile).render_argv(profile, source)
+
+
+def launch(profile: Profile, log_dir: str | Path, source: str | Path | None = None) -> EngineHandle:
+    """Start (or attach to) the profile's engine; use as `with launch(p, dir) as engine:`."""
+    return adapter_for(profile).launch(profile, log_dir, source)

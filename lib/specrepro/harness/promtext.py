@@ -1,0 +1,198 @@
+"""Prometheus text → a normalised snapshot of an engine's speculative-decoding counters.
+
+Design:
+- One parser for every engine: `prometheus_client.parser.text_string_to_metric_families`
+  reads the exposition text; samples are looked up by their scraped name (counters
+  carry `_total`) and **summed over label sets** (`model_name`, `engine`, `tp_rank`,
+  `is_streaming`, ...), so several engine cores or DP ranks add up. `vllm:
+  iteration_tokens_total` is a histogram despite its name and is not read.
+- Each engine keeps its counters under its own names (ENGINE_FACTS.md §2, §4.3); the
+  `NAMES` table maps them onto one `SpecCounters` record. The embedded engine uses
+  vLLM's names. SGLang has no cumulative accepted-token counter: its acceptance comes
+  from per-response fields, and its `spec_accept_*` gauges are windowed, so they are
+  not read here; `spec_verify_calls` (its count of verify steps) is.
+- A metric the text lacks gives `None`, never 0: the runner warns and goes on.
+- `delta(before, after)` subtracts counters and keeps the later gauges; a counter that
+  went down means the engine restarted between the scrapes, which is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Labels = dict[str, str]
+
+# field -> scraped sample name, per engine family. Counters end in _total.
+NAMES: dict[str, dict[str, str]] = {
+    "vllm": {
+        "num_drafts": "vllm:spec_decode_num_drafts_total",
+        "num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+        "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+        "accepted_per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "generation_tokens": "vllm:generation_tokens_total",
+        "prompt_tokens": "vllm:prompt_tokens_total",
+        "prompt_tokens_cached": "vllm:prompt_tokens_cached_total",
+        "num_preemptions": "vllm:num_preemptions_total",
+        "request_success": "vllm:request_success_total",
+        "requests_running": "vllm:num_requests_running",
+        "requests_waiting": "vllm:num_requests_waiting",
+        "kv_usage": "vllm:kv_cache_usage_perc",
+        "kv_pool_tokens": "vllm:cache_config_info",
+    },
+    "sglang": {
+        "spec_verify_calls": "sglang:spec_verify_calls_total",
+        "generation_tokens": "sglang:generation_tokens_total",
+        "prompt_tokens": "sglang:prompt_tokens_total",
+        "prompt_tokens_cached": "sglang:cached_tokens_total",
+        "requests_running": "sglang:num_running_reqs",
+        "requests_waiting": "sglang:num_queue_reqs",
+        "kv_usage": "sglang:token_usage",
+        "kv_pool_tokens": "sglang:max_total_num_tokens",
+    },
+}
+ENGINE_FAMILY = {"vllm": "vllm", "embedded": "vllm", "sglang": "sglang"}
+
+# Point-in-time values: a delta keeps the later scrape's value.
+GAUGES = ("requests_running", "requests_waiting", "kv_usage", "kv_pool_tokens")
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """One scrape (or the difference of two) in engine-neutral names; None = not exposed."""
+
+    engine: str
+    num_drafts: float | None = None
+    num_draft_tokens: float | None = None
+    num_accepted_tokens: float | None = None
+    accepted_per_pos: tuple[float, ...] | None = None  # index = draft position
+    spec_verify_calls: float | None = None  # SGLang: verify steps of finished requests
+    generation_tokens: float | None = None
+    prompt_tokens: float | None = None
+    prompt_tokens_cached: float | None = None
+    num_preemptions: float | None = None
+    request_success: dict[str, float] | None = None  # finished_reason -> count
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_usage: float | None = None  # fraction of the KV pool in use, 1 = full
+    kv_pool_tokens: float | None = None
+
+    def missing(self) -> list[str]:
+        """Fields this engine's family should expose but the scrape lacked."""
+        expected = NAMES[ENGINE_FAMILY[self.engine]]
+        return [name for name in expected if getattr(self, name) is None]
+
+    @property
+    def requests_finished(self) -> float | None:
+        return None if self.request_success is None else sum(self.request_success.values())
+
+
+class CounterReset(ValueError):
+    """A counter went down between two scrapes: the engine restarted in between."""
+
+
+def samples(text: str) -> dict[str, list[tuple[Labels, float]]]:
+    """Scraped sample name -> [(labels, value)], from Prometheus exposition text."""
+    out: dict[str, list[tuple[Labels, float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return out
+
+
+def _total(found: dict, name: str) -> float | None:
+    rows = found.get(name)
+    return None if rows is None else sum(value for _, value in rows)
+
+
+def _by_label(found: dict, name: str, label: str) -> dict[str, float] | None:
+    rows = found.get(name)
+    if rows is None:
+        return None
+    out: dict[str, float] = {}
+    for labels, value in rows:
+        key = labels.get(label, "")
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def _per_position(found: dict, name: str) -> tuple[float, ...] | None:
+    """Per-position counters (label `position` = "0".."K-1") as a list, summed over engines."""
+    by_pos = _by_label(found, name, "position")
+    if not by_pos:
+        return None
+    k = max(int(p) for p in by_pos) + 1
+    return tuple(by_pos.get(str(i), 0.0) for i in range(k))
+
+
+def _kv_pool_tokens(found: dict, name: str) -> float | None:
+    """vLLM: the `kv_cache_size_tokens` label of the info gauge; SGLang: a plain gauge."""
+    rows = found.get(name)
+    if rows is None:
+        return None
+    if name.endswith("cache_config_info"):
+        sizes = [float(l["kv_cache_size_tokens"]) for l, _ in rows
+                 if l.get("kv_cache_size_tokens") not in (None, "", "None")]
+        return sum(sizes) if sizes else None
+    return sum(value for _, value in rows)
+
+
+def parse(text: str, engine: str) -> SpecCounters:
+    """A snapshot from one /metrics text; engine: 'vllm', 'embedded' or 'sglang'."""
+    if engine not in ENGINE_FAMILY:
+        raise ValueError(f"expected engine one of {sorted(ENGINE_FAMILY)}, found {engine!r}")
+    names = NAMES[ENGINE_FAMILY[engine]]
+    found = samples(text)
+    values: dict[str, object] = {}
+    for field_name, metric in names.items():
+        if field_name == "accepted_per_pos":
+            values[field_name] = _per_position(found, metric)
+        elif field_name == "request_success":
+            values[field_name] = _by_label(found, metric, "finished_reason")
+        elif field_name == "kv_pool_tokens":
+            values[field_name] = _kv_pool_tokens(found, metric)
+        else:
+            values[field_name] = _total(found, metric)
+    return SpecCounters(engine=engine, **values)
+
+
+def _sub(name: str, before: float | None, after: float | None) -> float | None:
+    if before is None or after is None:
+        return None
+    if after < before:
+        raise CounterReset(f"counter {name} went down from {before:g} to {after:g} between "
+                           "two scrapes: the engine restarted in between")
+    return after - before
+
+
+def delta(before: SpecCounters, after: SpecCounters) -> SpecCounters:
+    """What happened between two scrapes of one engine: counters subtracted, gauges later."""
+    if before.engine != after.engine:
+        raise ValueError(f"expected two scrapes of one engine, found {before.engine!r} and "
+                         f"{after.engine!r}")
+    values: dict[str, object] = {}
+    for f in dataclasses.fields(SpecCounters):
+        name, old, new = f.name, getattr(before, f.name), getattr(after, f.name)
+        if name == "engine":
+            continue
+        if name in GAUGES:
+            values[name] = new
+        elif name == "accepted_per_pos":
+            values[name] = _sub_positions(old, new)
+        elif name == "request_success":
+            values[name] = None if old is None or new is None else {
+                reason: _sub(f"request_success[{reason}]", old.get(reason, 0.0), count)
+                for reason, count in new.items()}
+        else:
+            values[name] = _sub(name, old, new)
+    return SpecCounters(engine=after.engine, **values)
+
+
+def _sub_positions(old: tuple | None, new: tuple | None) -> tuple[float, ...] | None:
+    if old is None or new is None:
+        return None
+    # A position first seen after the first scrape counted from zero before it.
+    padded = tuple(old) + (0.0,) * (len(new) - len(old))
+    return tuple(_sub(f"accepted_per_pos[{i}]", a, b) for i, (a, b) in enumerate(zip(padded, new)))

@@ -1,0 +1,399 @@
+"""Engine adapters: profiles → argv the real engines accept; launch, readiness, stop.
+
+The accepted-flag lists come from the real wheels (scripts/extract_engine_cli.py);
+launching is tested against a small fake server that mimics each engine's ready
+route, version route and startup log lines.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specrepro.harness import engines
+from specrepro.harness.engines import (
+    EngineError,
+    engine_cli,
+    launch,
+    parse_sglang_log,
+    parse_vllm_log,
+    render_argv,
+)
+from specrepro.params import ParamsError, Profile, load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = sorted((ROOT / "params" / "profiles").glob("*.yaml"))
+VLLM = [p for p in PROFILES if p.name.startswith("vllm-")]
+SGLANG = [p for p in PROFILES if p.name.startswith("sglang-")]
+
+
+def command_len(profile: Profile) -> int:
+    return len(profile.command)
+
+
+# ------------------------------------------------------------------------ generated lists
+
+
+def test_generated_lists_come_from_the_wheels():
+    for name in ("vllm-0.33.0", "sglang-0.5.23"):
+        data = engine_cli(name)
+        assert data["generated_by"] == "scripts/extract_engine_cli.py"
+        assert len(data["wheel_sha256"]) == 64 and data["wheel"].endswith(".whl")
+        assert len(data["flags"]) > 300
+
+
+def test_engine_facts_hold_in_the_extracted_lists():
+    vllm, sglang = engine_cli("vllm-0.33.0"), engine_cli("sglang-0.5.23")
+    # ENGINE_FACTS §1.1: no dflash2 method; mtp and dflash exist
+    assert "dflash2" not in vllm["speculative_methods"]
+    assert {"mtp", "dflash", "ngram", "draft_model", "eagle3"} <= set(vllm["speculative_methods"])
+    # §1.4/§1.5: online FP8 shorthand and the batch-size schedule key
+    assert "fp8_per_tensor" in vllm["quantization_methods"]
+    assert "num_speculative_tokens_per_batch_size" in vllm["speculative_config_keys"]
+    assert "block_size" not in vllm["speculative_config_keys"]  # §1.3: no block-size key
+    # §1.8: prefix caching is a BooleanOptionalAction; cudagraph modes; metrics flag choices
+    assert {"--enable-prefix-caching", "--no-enable-prefix-caching"} <= set(vllm["flags"])
+    assert vllm["cudagraph_modes"] == ["FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY",
+                                       "NONE", "PIECEWISE"]
+    assert vllm["flag_choices"]["--per-request-spec-decode-metrics"] == ["detailed", "none",
+                                                                          "summary"]
+    # §4.1: SGLang algorithms, no DFLASH2, NEXTN alias; §4.2 flags
+    assert "DFLASH2" not in sglang["speculative_algorithms"]
+    assert {"DFLASH", "NEXTN", "EAGLE", "STANDALONE"} <= set(sglang["speculative_algorithms"])
+    assert "--cuda-graph-max-bs" not in sglang["flags"]
+    assert {"--enable-metrics", "--speculative-dflash-block-size", "--tp-size", "--dp-size",
+            "--cuda-graph-max-bs-decode"} <= set(sglang["flags"])
+    assert sglang["flag_choices"]["--speculative-draft-kv-cache-dtype"] == [
+        "auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
+    assert "unquant" in sglang["flag_choices"]["--speculative-draft-model-quantization"]
+
+
+@pytest.mark.skipif(not list((ROOT / ".cache" / "wheels").glob("sglang-0.5.23-*.whl")),
+                    reason="the engine wheels are not cached in .cache/wheels")
+def test_committed_lists_are_the_scripts_output(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "extract_engine_cli.py"),
+                    "--out", str(tmp_path)], check=True, capture_output=True)
+    for name in ("vllm-0.33.0", "sglang-0.5.23"):
+        assert json.loads((tmp_path / f"{name}.json").read_text()) == engine_cli(name)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_there_are_profiles_for_both_engines():
+    assert len(VLLM) >= 10 and len(SGLANG) >= 1
+
+
+@pytest.mark.parametrize("path", VLLM, ids=lambda p: p.stem)
+def test_vllm_profile_renders_to_accepted_argv(path):
+    profile = load_profile(path)
+    accepted = engine_cli("vllm-0.33.0")
+    argv = render_argv(profile)
+    rest = argv[command_len(profile):]
+    assert rest[0] == profile.model.id  # `vllm serve MODEL`
+    flags = [a for a in rest if a.startswith("--")]
+    assert flags and set(flags) <= set(accepted["flags"])
+    if profile.speculative is not None:
+        spec = json.loads(argv[argv.index("--speculative-config") + 1])
+        assert set(spec) <= set(accepted["speculative_config_keys"])
+        assert spec["method"] in accepted["speculative_methods"]
+        if spec["method"] == "dflash":
+            assert spec["model"] == profile.drafter.id
+    if profile.model.revision:
+        assert argv[argv.index("--revision") + 1] == profile.model.revision
+
+
+@pytest.mark.parametrize("path", SGLANG, ids=lambda p: p.stem)
+def test_sglang_profile_renders_to_accepted_argv(path):
+    profile = load_profile(path)
+    accepted = engine_cli("sglang-0.5.23")
+    argv = render_argv(profile)
+    flags = [a for a in argv[command_len(profile):] if a.startswith("--")]
+    assert set(flags) <= set(accepted["flags"])
+    assert "--enable-metrics" in flags
+    assert engines.adapter_for(profile).request_extras(profile) == {
+        "return_spec_tokens_details": True}
+    if profile.method == "dflash":
+        k = profile.speculative.num_speculative_tokens
+        assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
+        assert argv[argv.index("--speculative-dflash-block-size") + 1] == str(k + 1)
+
+
+def make_profile(tmp_path: Path, **fields) -> tuple[Profile, Path]:
+    data = {"engine": "vllm", "command": ["vllm", "serve"],
+            "model": {"id": "unsloth/Qwen3.8-27B-NVFP4", "revision": "16b6615a"}} | fields
+    path = tmp_path / f"{fields.pop('name', 'bad-profile')}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_profile(path), path
+
+
+def test_bad_flag_fails_naming_profile_and_flag(tmp_path):
+    profile, path = make_profile(tmp_path, flags={"gpu-memory-utilisation": 0.85})
+    with pytest.raises(ParamsError) as err:
+        render_argv(profile, path)
+    text = str(err.value)
+    assert str(path) in text and "flags.gpu-memory-utilisation" in text
+    assert "--gpu-memory-utilization" in text  # the suggestion
+
+
+def test_bad_choice_and_reserved_flag_fail(tmp_path):
+    profile, path = make_profile(
+        tmp_path, engine="sglang", command=["python", "-m", "sglang.launch_server"],
+        return_spec_details=True, flags={"kv-cache-dtype": "fp8", "port": 1234})
+    with pytest.raises(ParamsError) as err:
+        render_argv(profile, path)
+    assert "flags.kv-cache-dtype" in str(err.value) and "'fp8'" in str(err.value)
+    assert "flags.port" in str(err.value)
+
+
+def test_sglang_rejects_what_it_cannot_express(tmp_path):
+    profile, path = make_profile(
+        tmp_path, engine="sglang", command=["python", "-m", "sglang.launch_server"],
+        return_spec_details=True, drafter={"id": "incoai/Qwen3.8-27B-DFlash2"},
+        speculative={"method": "dflash", "num_speculative_tokens": 7, "quantization":
+                     "fp8_per_tensor", "num_speculative_tokens_per_batch_size": [[1, 12, 7]]})
+    with pytest.raises(ParamsError) as err:
+        render_argv(profile, path)
+    assert "speculative.quantization" in str(err.value)
+    assert "speculative.num_speculative_tokens_per_batch_size" in str(err.value)
+
+
+def test_sglang_mtp_and_parallel(tmp_path):
+    profile, path = make_profile(
+        tmp_path, engine="sglang", command=["python", "-m", "sglang.launch_server"],
+        return_spec_details=True, speculative={"method": "mtp", "num_speculative_tokens": 3},
+        parallel={"tensor_parallel_size": 2, "data_parallel_size": 4})
+    argv = render_argv(profile, path)
+    joined = " ".join(argv)
+    assert ("--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4") in joined
+    assert "--tp-size 2" in joined and "--dp-size 4" in joined
+    assert "--speculative-draft-model-path" not in joined  # MTP reads the target's own head
+
+
+def test_vllm_flag_values_and_parallel(tmp_path):
+    profile, path = make_profile(
+        tmp_path, parallel={"tensor_parallel_size": 2},
+        flags={"enable-prefix-caching": False, "enforce-eager": True, "cudagraph-capture-sizes":
+               [1, 2, 4], "compilation-config": {"cudagraph_mode": "piecewise"}})
+    argv = render_argv(profile, path)
+    joined = " ".join(argv)
+    assert "--no-enable-prefix-caching" in argv and "--enforce-eager" in argv
+    assert "--cudagraph-capture-sizes 1 2 4" in joined
+    assert "--tensor-parallel-size 2" in joined and "--data-parallel-size" not in joined
+    bad, path = make_profile(tmp_path, flags={"compilation-config": {"cudagraph_mode": "partial"},
+                                              "disable-log-stats": True})
+    with pytest.raises(ParamsError) as err:
+        render_argv(bad, path)
+    assert "cudagraph_mode" in str(err.value) and "disable-log-stats" in str(err.value)
+
+
+# ------------------------------------------------------------------------- log parsing
+
+
+def test_startup_log_parsing():
+    vllm = parse_vllm_log(
+        "INFO 11-07 gpu_worker.py:773] Available KV cache memory: 41.2 GiB\n"
+        "INFO 11-07 kv_cache_utils.py:1154] GPU KV cache size: 1,146,396 tokens, Maximum "
+        "concurrency for 262,144 tokens per request: 4.37x\n")
+    assert (vllm.kv_pool_tokens, vllm.max_concurrency, vllm.tokens_per_request) == (
+        1146396, 4.37, 262144)
+    sglang = parse_sglang_log(
+        "[2026-11-01] Max running requests is reset to 48 for speculative decoding.\n"
+        "[2026-11-01] max_total_num_tokens=412345, chunked_prefill_size=8192, "
+        "max_running_requests=11, context_len=262144, available_gpu_mem=3.1 GB\n")
+    assert (sglang.kv_pool_tokens, sglang.max_running_requests) == (412345, 11)
+    assert parse_vllm_log("nothing here").kv_pool_tokens is None
+
+
+# ------------------------------------------------------------------ launch and stop
+
+FAKE_SERVER = r'''
+"""A stand-in engine: vLLM's or SGLang's ready/version routes and startup lines."""
+import argparse, http.server, json, os, subprocess, sys, time
+ap = argparse.ArgumentParser()
+ap.add_argument("--host", default="127.0.0.1")
+ap.add_argument("--port", type=int)
+args, _ = ap.parse_known_args()
+flavour, mode = os.environ["FAKE_FLAVOUR"], os.environ.get("FAKE_MODE", "ok")
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(f"child pid {child.pid}", flush=True)
+if mode == "die":
+    print("RuntimeError: CUDA error: out of memory", flush=True)
+    sys.exit(3)
+if flavour == "vllm":
+    print("INFO GPU KV cache size: 1,234,567 tokens, Maximum concurrency for 32,768 tokens "
+          "per request: 37.68x", flush=True)
+else:
+    print("max_total_num_tokens=412345, chunked_prefill_size=8192, max_running_requests=11, "
+          "context_len=262144", flush=True)
+METRICS = ('# TYPE vllm:spec_decode_num_drafts_total counter\n'
+           'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 42.0\n')
+if mode == "stubborn":
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        print("request", self.path, flush=True)
+    def answer(self, code, body):
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code); self.end_headers(); self.wfile.write(data)
+    def do_GET(self):
+        ready = mode != "never_ready"
+        if flavour == "vllm" and self.path == "/health":
+            return self.answer(200 if ready else 503, "")
+        if flavour == "vllm" and self.path == "/version":
+            return self.answer(200, {"version": os.environ.get("FAKE_VERSION", "0.33.0")})
+        if flavour == "sglang" and self.path == "/ready":
+            return self.answer(200 if ready else 503, "")
+        if flavour == "sglang" and self.path == "/server_info":
+            return self.answer(200, {"version": "0.5.23", "max_total_num_tokens": 412345})
+        if self.path == "/metrics":
+            return self.answer(200, METRICS)
+        return self.answer(404, "")
+
+time.sleep(float(os.environ.get("FAKE_DELAY", "0.3")))
+http.server.ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an unreaped orphan counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not running(pid)
+
+
+def child_pid(log_path: Path) -> int:
+    line = next(l for l in log_path.read_text().splitlines() if l.startswith("child pid"))
+    return int(line.split()[-1])
+
+
+@pytest.fixture
+def fake(tmp_path):
+    script = tmp_path / "fake_engine.py"
+    script.write_text(FAKE_SERVER)
+
+    def profile(flavour: str = "vllm", timeout: float = 20.0, **env) -> Profile:
+        data = {"name": f"fake-{flavour}", "engine": flavour, "command": ["{python}", str(script)],
+                "port": free_port(), "model": {"id": "fake/model"}, "ready_timeout_s": timeout,
+                "env": {"FAKE_FLAVOUR": flavour, **env}}
+        if flavour == "sglang":
+            data["return_spec_details"] = True
+        if flavour == "vllm":
+            data["engine_version"] = "0.33.0"
+        return Profile.model_validate(data)
+
+    return profile
+
+
+def test_vllm_launch_ready_version_log_metrics_stop(fake, tmp_path):
+    profile = fake("vllm", FAKE_VERSION="0.27.1")
+    with launch(profile, tmp_path / "logs") as engine:
+        assert engine.alive()
+        assert engine.version == "0.27.1"
+        assert engine.warnings and "expects vllm 0.33.0" in engine.warnings[0]
+        assert engine.startup.kv_pool_tokens == 1234567
+        assert engine.startup.max_concurrency == pytest.approx(37.68)
+        assert engine.counters().num_drafts == 42
+        assert engine.argv[2] == "fake/model"
+        child = child_pid(engine.log_path)
+        assert running(child)
+    assert not engine.alive() and not running(child)  # the whole group is gone
+
+
+def test_sglang_readiness_never_touches_health(fake, tmp_path):
+    with launch(fake("sglang"), tmp_path) as engine:
+        assert engine.version == "0.5.23"
+        assert engine.startup.kv_pool_tokens == 412345 and engine.startup.max_running_requests == 11
+        assert engine.request_extras() == {"return_spec_tokens_details": True}
+        assert engine.engine == "sglang"
+    requests = [l for l in engine.log_path.read_text().splitlines() if l.startswith("request")]
+    assert "request /ready" in requests and not any("/health" in r for r in requests)
+
+
+def test_process_death_fails_fast_with_log_tail(fake, tmp_path):
+    started = time.monotonic()
+    with pytest.raises(EngineError, match="out of memory") as err:
+        launch(fake("vllm", FAKE_MODE="die", timeout=60), tmp_path)
+    assert time.monotonic() - started < 10
+    assert "exited with code 3" in str(err.value)
+    assert not engines._LIVE
+
+
+def test_ready_timeout_stops_the_group(fake, tmp_path):
+    with pytest.raises(EngineError, match="not ready .* after 2 s") as err:
+        launch(fake("vllm", FAKE_MODE="never_ready", timeout=2), tmp_path)
+    assert "request /health" in str(err.value)  # the log tail
+    assert not running(child_pid(tmp_path / "fake-vllm.log"))
+
+
+def test_ctrl_c_while_waiting_leaves_no_orphan(fake, tmp_path, monkeypatch):
+    log, real_sleep = tmp_path / "fake-vllm.log", time.sleep
+
+    def interrupted(seconds):  # Ctrl-C arrives once the engine has started its child
+        if log.exists() and "child pid" in log.read_text():
+            raise KeyboardInterrupt
+        real_sleep(seconds)
+
+    monkeypatch.setattr(engines.time, "sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch(fake("vllm", FAKE_MODE="never_ready", FAKE_DELAY="0"), tmp_path)
+    monkeypatch.undo()
+    assert gone_within(child_pid(log), seconds=5)  # SIGKILL is delivered asynchronously
+    assert not engines._LIVE
+
+
+def test_sigterm_ignored_escalates_to_sigkill(fake, tmp_path, monkeypatch):
+    monkeypatch.setattr(engines, "STOP_GRACE_S", 1.0)
+    engine = launch(fake("vllm", FAKE_MODE="stubborn"), tmp_path)
+    child = child_pid(engine.log_path)
+    engine.stop()
+    assert not engine.alive() and not running(child)
+    engine.stop()  # idempotent
+
+
+def test_busy_port_is_refused(fake, tmp_path):
+    profile = fake("vllm")
+    with socket.socket() as sock:
+        sock.bind((profile.host, profile.port))
+        sock.listen()
+        with pytest.raises(EngineError, match="already listens"):
+            launch(profile, tmp_path)
+
+
+def test_attach_detects_the_engine_behind_the_url(fake, tmp_path):
+    with launch(fake("sglang"), tmp_path) as served:
+        attached = Profile.model_validate({
+            "name": "attach-test", "engine": "attach", "url": served.url + "/v1",
+            "model": {"id": "fake/model"}, "return_spec_details": True})
+        handle = launch(attached, tmp_path)
+        assert handle.engine == "sglang" and handle.version == "0.5.23"
+        assert handle.process is None
+        handle.stop()  # nothing to stop; the served engine stays up
+        assert served.alive()
+    with pytest.raises(EngineError, match="no engine answers"):
+        launch(attached, tmp_path)
