@@ -1,0 +1,380 @@
+"""The load generator: asynchronous streaming OpenAI requests with closed-loop concurrency.
+
+Design:
+- One aiohttp session per run, its connection limit at least the concurrency, so the
+  client never queues requests the engine should be queuing. N workers pull prompts from
+  one queue (closed loop: a worker sends its next request when its last one ends).
+- Two modes (params `Study.mode`): **requests** sends every prompt once; **window** keeps
+  the workers busy, cycling the prompts, for `window_s` seconds (article A read the decode
+  rate from the engine's counters over a 40-second window). A `scrape` callable is called
+  at the measured span's edges, inside the load, so counter deltas cover exactly that span:
+  after warm-up (`before`), at the window's end (`window`), after the last request
+  (`after`). Warm-up requests use prompts of their own, so the measured prompts do not hit
+  a prefix cache the warm-up filled.
+- Every request is streamed with `stream_options: {include_usage, continuous_usage_stats}`
+  where the engine has it, so a chunk carrying m tokens (a speculative step) is counted as
+  m tokens: its gap since the previous token-carrying chunk is split into m inter-token
+  latencies of gap/m (vLLM's own ITL histogram is per step, SGLang's per token:
+  ENGINE_FACTS §2, §4.3; ours is per token). Tokens that arrive with the first chunk get
+  0 s. `itl_s` therefore has completion_tokens − 1 entries.
+- Per-request seeds are derived from the cell seed and the prompt index
+  (`request_seed`), so a repeat with the same seed sends the same requests.
+- A failed request (HTTP error, an error event in the stream, a dropped connection, a
+  timeout) is recorded with its error, never raised. Records are appended to
+  `LoadGenerator.records` as they finish, so whoever interrupts a run keeps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from specrepro.workloads import Prompt
+
+SEED_STRIDE = 1_000_003  # a prime: seeds of neighbouring cells do not collide for < 1e6 prompts
+
+# What each engine's OpenAI server accepts beyond the common fields (ENGINE_FACTS §3, §4.5).
+ENGINE_FEATURES: dict[str, dict[str, bool]] = {
+    "vllm": {"continuous_usage_stats": True, "return_token_ids": True},
+    "embedded": {"continuous_usage_stats": True, "return_token_ids": True},
+    "sglang": {"continuous_usage_stats": True, "return_token_ids": False},
+}
+
+
+def request_seed(cell_seed: int, prompt_index: int) -> int:
+    """The seed of one request: deterministic in (cell seed, prompt index), < 2**31."""
+    return (cell_seed * SEED_STRIDE + prompt_index) % 2**31
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """How one cell's load is sent."""
+
+    url: str  # the engine's base URL, without /v1
+    model: str  # the served model name
+    concurrency: int = 1
+    mode: str = "requests"  # requests | window
+    window_s: float | None = None
+    warmup: int = 0  # requests sent and discarded before measuring
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int = 0  # the cell seed; each request derives its own
+    ignore_eos: bool = False
+    thinking: bool | None = None  # chat_template_kwargs.enable_thinking where set
+    reasoning_effort: str | None = None
+    engine: str = "vllm"  # which request features to use (ENGINE_FEATURES)
+    extra_body: dict = field(default_factory=dict)  # e.g. SGLang's return_spec_tokens_details
+    request_timeout_s: float = 600.0
+
+    @property
+    def features(self) -> dict[str, bool]:
+        return ENGINE_FEATURES.get(self.engine, ENGINE_FEATURES["vllm"])
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it (columns of the requests table, plus timing)."""
+
+    request_idx: int
+    prompt_id: str
+    seed: int
+    started: float = 0.0  # time.monotonic() when sent
+    arrivals: list[float] = field(default_factory=list)  # monotonic time of each token
+    ttft_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    e2e_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    text: str = ""
+    token_ids: list[int] | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    spec: dict | None = None  # per-response acceptance fields (vLLM metrics, SGLang sglext)
+    warmup: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def row(self) -> dict:
+        """The record as a row of the requests table (without cell id, attempt, grades)."""
+        return {"request_idx": self.request_idx, "prompt_id": self.prompt_id, "seed": self.seed,
+                "ttft_s": self.ttft_s, "itl_s": list(self.itl_s), "e2e_s": self.e2e_s,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "text": self.text,
+                "token_ids": self.token_ids, "finish_reason": self.finish_reason,
+                "error": self.error}
+
+
+class StreamTimer:
+    """Turns the chunks of one stream into token counts, TTFT and per-token ITL."""
+
+    def __init__(self, record: RequestRecord):
+        self.r = record
+        self.usage_tokens = 0  # completion_tokens seen in the last continuous usage
+        self.counted = 0  # tokens attributed to chunks so far
+
+    def chunk(self, body: dict, now: float) -> None:
+        r = self.r
+        if "error" in body and "choices" not in body:
+            err = body["error"]
+            r.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            return
+        usage = body.get("usage") or None
+        choices = body.get("choices") or []
+        m = 0
+        for choice in choices:
+            piece = choice.get("text")
+            if piece is None:
+                piece = (choice.get("delta") or {}).get("content")
+            ids = choice.get("token_ids")
+            if ids:
+                r.token_ids = (r.token_ids or []) + list(ids)
+            if piece:
+                r.text += piece
+            if choice.get("finish_reason") is not None:
+                r.finish_reason = choice["finish_reason"]
+            # how many tokens this chunk carries: continuous usage, else token ids, else 1
+            if usage and usage.get("completion_tokens") is not None:
+                m = max(m, int(usage["completion_tokens"]) - self.usage_tokens)
+            elif ids:
+                m = max(m, len(ids))
+            elif piece:
+                m = max(m, 1)
+        if usage:
+            r.prompt_tokens = usage.get("prompt_tokens", r.prompt_tokens)
+            if usage.get("completion_tokens") is not None:
+                self.usage_tokens = int(usage["completion_tokens"])
+                r.completion_tokens = self.usage_tokens
+        for key in ("metrics", "sglext"):  # per-response acceptance (usage chunk or last)
+            if body.get(key):
+                r.spec = {**(r.spec or {}), key: body[key]}
+        if m > 0:
+            self.tokens(m, now)
+
+    def tokens(self, m: int, now: float) -> None:
+        """m tokens arrived at `now`: split the gap since the last token over them."""
+        r = self.r
+        if not r.arrivals:
+            r.ttft_s = now - r.started
+            r.itl_s += [0.0] * (m - 1)
+        else:
+            gap = now - r.arrivals[-1]
+            r.itl_s += [gap / m] * m
+        r.arrivals += [now] * m
+        self.counted += m
+
+    def finish(self, now: float) -> None:
+        r = self.r
+        r.e2e_s = now - r.started
+        if r.completion_tokens is None and r.error is None:
+            r.completion_tokens = len(r.token_ids) if r.token_ids is not None else self.counted
+
+
+def request_body(prompt: Prompt, cfg: LoadConfig, seed: int) -> tuple[str, dict]:
+    """(path, JSON body) of one streaming request for a prompt."""
+    feats = cfg.features
+    body: dict[str, Any] = {
+        "model": cfg.model, "stream": True, "seed": seed,
+        "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
+        "stream_options": {"include_usage": True},
+    }
+    if feats["continuous_usage_stats"]:
+        body["stream_options"]["continuous_usage_stats"] = True
+    if feats["return_token_ids"]:
+        body["return_token_ids"] = True
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    if prompt.stop:
+        body["stop"] = list(prompt.stop)
+    if prompt.form == "chat":
+        path = "/v1/chat/completions"
+        body["messages"] = prompt.messages
+        body["max_completion_tokens"] = prompt.max_tokens  # never the engine's default
+        if cfg.thinking is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": cfg.thinking}
+        if cfg.reasoning_effort is not None:
+            body["reasoning_effort"] = cfg.reasoning_effort
+    else:
+        path = "/v1/completions"
+        body["prompt"] = prompt.text
+        body["max_tokens"] = prompt.max_tokens  # vLLM and SGLang default to 16
+    body.update(cfg.extra_body)
+    return path, body
+
+
+def warmup_prompts(like: Sequence[Prompt], n: int) -> list[Prompt]:
+    """n prompts of the workload's form and length cap that share no prefix with it."""
+    form, cap = (like[0].form, like[0].max_tokens) if like else ("chat", 16)
+    out = []
+    for i in range(n):
+        text = f"Warm-up request {i}: write a short paragraph about the number {i + 7}."
+        kw = {"messages": [{"role": "user", "content": text}]} if form == "chat" else {"text": text}
+        out.append(Prompt(id=f"warmup-{i:03d}", workload="warmup", max_tokens=cap, **kw))
+    return out
+
+
+Scrape = Callable[[], Any]
+
+
+@dataclass
+class LoadResult:
+    """The measured requests and the counter scrapes at the span's edges."""
+
+    records: list[RequestRecord]
+    wall_s: float | None  # first send to last end (requests) or the window length
+    before: Any = None  # scrape() after warm-up
+    window: Any = None  # scrape() at the window's end (window mode)
+    after: Any = None  # scrape() once every request ended
+    span: tuple[float, float] | None = None  # monotonic start/end of the measured span
+
+    def tokens_in_span(self) -> int:
+        """Output tokens the client received inside the span (window mode's client count)."""
+        if self.span is None:
+            return sum(r.completion_tokens or 0 for r in self.records if r.ok)
+        lo, hi = self.span
+        return sum(lo <= t <= hi for r in self.records for t in r.arrivals)
+
+
+class LoadGenerator:
+    """Sends one cell's load; `records` fills as requests end (kept on interruption)."""
+
+    def __init__(self, cfg: LoadConfig):
+        if cfg.mode not in ("requests", "window"):
+            raise ValueError(f"load mode: expected 'requests' or 'window', found {cfg.mode!r}")
+        if cfg.mode == "window" and not cfg.window_s:
+            raise ValueError("load mode 'window': expected window_s > 0, found none")
+        self.cfg = cfg
+        self.records: list[RequestRecord] = []
+        self.warmup_records: list[RequestRecord] = []
+
+    def run(self, prompts: Sequence[Prompt], scrape: Scrape | None = None) -> LoadResult:
+        """Warm up, scrape, send the load, scrape; blocking (asyncio.run inside)."""
+        return asyncio.run(self.arun(prompts, scrape))
+
+    async def arun(self, prompts: Sequence[Prompt], scrape: Scrape | None = None) -> LoadResult:
+        if not prompts:
+            raise ValueError("load generator: no prompts to send")
+        cfg = self.cfg
+        limit = max(cfg.concurrency, 1) * 2  # headroom: a closing connection never blocks one
+        timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=10)
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
+        async with aiohttp.ClientSession(cfg.url, connector=connector, timeout=timeout) as session:
+            if cfg.warmup:
+                warm = warmup_prompts(prompts, cfg.warmup)
+                await self._closed_loop(session, list(enumerate(warm)), self.warmup_records,
+                                        warmup=True)
+            result = LoadResult(self.records, None)
+            result.before = await _call(scrape)
+            start = time.monotonic()
+            if cfg.mode == "requests":
+                await self._closed_loop(session, list(enumerate(prompts)), self.records)
+                end = max((r.started + (r.e2e_s or 0.0) for r in self.records), default=start)
+                result.wall_s, result.span = end - start, (start, end)
+            else:
+                await self._window(session, prompts, result, scrape, start)
+            result.after = await _call(scrape)
+        return result
+
+    async def _window(self, session, prompts, result: LoadResult, scrape, start: float) -> None:
+        """Keep N workers busy cycling the prompts for window_s; scrape at the window's end,
+        stop sending, then let requests in flight finish (they count in `after`)."""
+        stop = asyncio.Event()
+        counter = iter(range(10**9))
+
+        def next_item() -> tuple[int, Prompt] | None:
+            if stop.is_set():
+                return None
+            i = next(counter)
+            return i, prompts[i % len(prompts)]
+
+        workers = [asyncio.create_task(self._worker(session, next_item, self.records))
+                   for _ in range(self.cfg.concurrency)]
+        await asyncio.sleep(self.cfg.window_s)
+        result.window = await _call(scrape)
+        end = time.monotonic()
+        stop.set()
+        result.wall_s, result.span = end - start, (start, end)
+        await asyncio.gather(*workers)
+
+    async def _closed_loop(self, session, items: list[tuple[int, Prompt]],
+                           sink: list[RequestRecord], warmup: bool = False) -> None:
+        queue = list(reversed(items))
+
+        def next_item() -> tuple[int, Prompt] | None:
+            return queue.pop() if queue else None
+
+        n = min(self.cfg.concurrency, len(items))
+        await asyncio.gather(*(self._worker(session, next_item, sink, warmup)
+                               for _ in range(n)))
+
+    async def _worker(self, session, next_item, sink: list[RequestRecord],
+                      warmup: bool = False) -> None:
+        while (item := next_item()) is not None:
+            idx, prompt = item
+            await self.send(session, idx, prompt, sink, warmup)
+
+    async def send(self, session: aiohttp.ClientSession, idx: int, prompt: Prompt,
+                   sink: list[RequestRecord], warmup: bool = False) -> RequestRecord:
+        """One streaming request, appended to sink when it ends (also when cancelled);
+        never raises for a failed request, only records it."""
+        seed = request_seed(self.cfg.seed + (10**6 if warmup else 0), idx)
+        record = RequestRecord(idx, prompt.id, seed, warmup=warmup)
+        path, body = request_body(prompt, self.cfg, seed)
+        timer = StreamTimer(record)
+        record.started = time.monotonic()
+        try:
+            async with session.post(path, json=body) as resp:
+                if resp.status != 200:
+                    text = (await resp.text())[:500]
+                    record.error = f"HTTP {resp.status} from {path}: {text}"
+                else:
+                    await self._read_stream(resp, timer)
+        except asyncio.CancelledError:
+            record.error = "cancelled (the run was interrupted)"
+            raise
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            record.error = f"{type(err).__name__} on {path}: {err}".strip()
+        finally:
+            timer.finish(time.monotonic())
+            if record.error is None and record.finish_reason is None:
+                record.error = "stream ended without a finish_reason (connection dropped?)"
+            sink.append(record)
+        return record
+
+    @staticmethod
+    async def _read_stream(resp: aiohttp.ClientResponse, timer: StreamTimer) -> None:
+        # SSE: events separated by blank lines; we only need `data:` lines.
+        async for raw in resp.content:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            try:
+                body = json.loads(data)
+            except ValueError:
+                timer.r.error = f"unparsable stream chunk: {data[:200]!r}"
+                break
+            timer.chunk(body, time.monotonic())
+            if timer.r.error is not None:
+                break
+
+
+async def _call(scrape: Scrape | None) -> Any:
+    """Run a blocking scrape (urllib) off the event loop, so streams keep flowing."""
+    return None if scrape is None else await asyncio.to_thread(scrape)
+
+
+def run_load(prompts: Sequence[Prompt], cfg: LoadConfig,
+             scrape: Scrape | None = None) -> LoadResult:
+    """Convenience: one cell's load, blocking."""
+    return LoadGenerator(cfg).run(prompts, scrape)

@@ -1,0 +1,99 @@
+"""The power sampler: off without a GPU (None, never 0, with a note), NVML's energy counter
+or ∫ power dt where a card answers (a stand-in pynvml module), and peak resident memory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from specrepro.harness import power
+
+
+class FakeNVML(types.ModuleType):
+    """pynvml with one card drawing a steady 150 W; energy counter optional."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, energy_counter: bool):
+        super().__init__("pynvml")
+        self.energy_counter = energy_counter
+        self.t0 = time.monotonic()
+        self.shutdowns = 0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetName(self, h):
+        return b"Fake H200"
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 150_000  # mW
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(used=(1024 + 512 * (time.monotonic() > self.t0)) * 2**20)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        if not self.energy_counter:
+            raise self.NVMLError("Not Supported")
+        return (time.monotonic() - self.t0) * 150_000  # mJ at 150 W
+
+
+def test_without_nvml_power_is_off_with_a_note(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as on a box without it
+    sampler = power.PowerSampler(interval_s=0.05, pid=os.getpid()).start()
+    time.sleep(0.12)
+    rep = sampler.stop()
+    assert not sampler.enabled
+    assert rep.note.startswith(power.NO_NVML)
+    assert rep.power_w_mean is None and rep.energy_j is None and rep.peak_mem_mib is None
+    assert rep.peak_rss_mib > 10  # this Python process holds more than 10 MiB
+    assert power.nvml_note().startswith(power.NO_NVML)
+
+
+@pytest.mark.parametrize("counter", [True, False])
+def test_energy_from_counter_or_integrated_power(monkeypatch, counter):
+    fake = FakeNVML(counter)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = power.PowerSampler(interval_s=0.05).start()
+    time.sleep(0.3)
+    rep = sampler.stop()
+    assert sampler.note is None and rep.devices == ["Fake H200"]
+    assert rep.energy_source == ("nvml_energy_counter" if counter else "integrated_power")
+    assert rep.energy_j == pytest.approx(150 * rep.duration_s, rel=0.15)
+    assert rep.power_w_mean == pytest.approx(150, rel=0.15)
+    assert rep.peak_mem_mib == 1536 and rep.n_samples >= 4
+    assert fake.shutdowns == 1
+
+
+def test_peak_rss_of_a_child_process_tree():
+    code = "b = bytearray(64 * 2**20); import time; time.sleep(2)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(1.0)
+        sampler = power.PowerSampler(interval_s=0.1, pid=child.pid).start()
+        time.sleep(0.3)
+        rep = sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert rep.peak_rss_mib >= 64
+
+
+def test_trapezoid_needs_two_samples():
+    assert power._trapezoid([(0.0, 100.0)]) is None
+    assert power._trapezoid([(0.0, 100.0), (2.0, 200.0)]) == 300.0

@@ -1,0 +1,357 @@
+"""The runner on the embedded server: a whole small sweep, resume, window mode, missing
+/metrics, bad params files, the engine dying mid-cell, and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from specrepro.grading import grade_gsm8k
+from specrepro.harness import engines, promtext
+from specrepro.harness.runner import IGNORE_EOS_WARNING, main, resolve, run_study
+from specrepro.results import ResultStore, load_attempts
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Two synthetic GSM8K problems, so grading runs without the shared data directory.
+GSM8K_ROWS = [{"question": "Tom has 3 apples and buys 4 more. How many apples?",
+               "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
+              {"question": "A box holds 6 pens. How many pens are in 2 boxes?",
+               "answer": "6 * 2 = <<6*2=12>>12\n#### 12"}]
+
+
+@pytest.fixture
+def params_dir(tmp_path, monkeypatch):
+    data = tmp_path / "data" / "gsm8k"
+    data.mkdir(parents=True)
+    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GSM8K_ROWS))
+    monkeypatch.setenv("SPECREPRO_DATA_DIR", str(tmp_path / "data"))
+    for sub in ("params/profiles", "params/studies"):
+        (tmp_path / sub).mkdir(parents=True)
+    return tmp_path / "params"
+
+
+def write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def attach_profile(params: Path, name: str, url: str, model: str) -> None:
+    write(params / "profiles" / f"{name}.yaml",
+          {"engine": "attach", "url": str(url), "attached_engine": "embedded",
+           "model": {"id": model, "revision": None}})
+
+
+def study(params: Path, arms: list[dict], **extra) -> Path:
+    data = {"name": "tiny_sweep", "notebook": "01_drafter_block_sweep", "arms": arms,
+            "workloads": [{"name": "essays", "n": 2, "form": "chat", "max_tokens": 16}],
+            "concurrency": [1], "sampling": [{"temperature": 0.0}], "seed": 100, **extra}
+    return write(params / "studies" / "01_tiny.yaml", data)
+
+
+def served_model(url: str) -> str:
+    return engines.http_json(f"{url}/v1/models")["data"][0]["id"]
+
+
+def scrape(url: str) -> promtext.SpecCounters:
+    return promtext.parse(engines.http_get(f"{url}/metrics")[1].decode(), "embedded")
+
+
+def run(path: Path, tmp: Path, **kw):
+    (plan,) = resolve(path)
+    st, _, run_id = plan
+    store = ResultStore(tmp / "results", st.name, run_id)
+    return run_study(st, store, progress=False, power_interval_s=0.2, **kw), store
+
+
+def test_small_sweep_fills_every_column_and_agrees_with_the_counters(
+        embedded_server, params_dir, tmp_path):
+    model = served_model(embedded_server)
+    attach_profile(params_dir, "served", embedded_server, model)
+    path = study(params_dir, [{"name": "base", "profile": "served"},
+                              {"name": "again", "profile": "served"}],
+                 baseline="base", concurrency=[1, 2],
+                 workloads=[{"name": "essays", "n": 2, "form": "chat", "max_tokens": 16},
+                            {"name": "gsm8k", "n": 2, "form": "chat", "max_tokens": 16}])
+    before = scrape(embedded_server)
+    summary, store = run(path, tmp_path)
+    d = promtext.delta(before, scrape(embedded_server))
+    assert (summary.ok, summary.failed, summary.errors) == (8, 0, [])
+    cells, reqs = store.load_cells(), store.load_requests()
+    assert cells.height == 8 and reqs.height == 16
+    for c in cells.iter_rows(named=True):
+        assert c["status"] == "ok" and c["n_errors"] == 0 and c["counters_consistent"]
+        assert c["acceptance_length"] == pytest.approx(
+            1 + c["num_accepted_tokens"] / c["num_drafts"])
+        assert len(c["per_position_acceptance"]) == 3  # the fixture's MTP drafts 3 tokens
+        assert sum(c["per_position_acceptance"]) == pytest.approx(c["acceptance_length"] - 1)
+        assert c["agg_tok_s"] > 0 and c["ttft_p50_ms"] > 0 and c["itl_p50_ms"] > 0
+        assert c["per_stream_tok_s"] == pytest.approx(c["agg_tok_s"] / c["concurrency"])
+        assert c["step_ms"] > 0 and c["repeated_4gram_share"] is not None
+        assert c["kv_pool_tokens"] > 0 and c["engine"] == "embedded"
+        assert c["power_w_mean"] is None and c["peak_mem_mib"] is None  # attached, no GPU
+        # greedy, same server, same prompts and seeds: the second arm matches the baseline
+        assert c["identical_to_baseline"] == (None if c["arm"] == "base" else 1.0)
+        assert (c["gsm8k_n"] == 2) == (c["workload"] == "gsm8k")
+    # the run's cells account for everything the server counted over the run
+    assert d.generation_tokens == cells["output_tokens"].sum()
+    assert d.num_drafts == cells["num_drafts"].sum()
+    assert d.num_accepted_tokens == cells["num_accepted_tokens"].sum()
+    # GSM8K graded on the very outputs that were timed
+    gsm = reqs.join(cells.select("cell_id", "workload"), on="cell_id").filter(
+        pl.col("workload") == "gsm8k")
+    for r in gsm.iter_rows(named=True):
+        gold = GSM8K_ROWS[int(r["prompt_id"].rsplit("-", 1)[1])]["answer"]
+        assert r["gsm8k_strict"] == grade_gsm8k(r["text"], gold)["strict"]
+    # a second run resumes: nothing is measured again, no duplicate rows
+    again, _ = run(path, tmp_path)
+    assert (again.ok, again.skipped) == (0, 8)
+    assert load_attempts(store.root).height == 8
+    session = store.manifest()["sessions"][0]
+    assert session["engines"][0]["version"].startswith("specrepro-embedded")
+    assert session["power_note"] and session["params"]["name"] == "tiny_sweep"
+
+
+def test_window_mode_with_warmup(embedded_server, params_dir, tmp_path):
+    attach_profile(params_dir, "served", embedded_server, served_model(embedded_server))
+    path = study(params_dir, [{"name": "base", "profile": "served"}], mode="window",
+                 window_s=1.5, warmup=2, concurrency=[2], ignore_eos=True)
+    summary, store = run(path, tmp_path)
+    (c,) = store.load_cells().iter_rows(named=True)
+    assert summary.ok == 1 and c["wall_s"] == pytest.approx(1.5, abs=0.3)
+    assert c["counters_consistent"]  # warm-up excluded, in-flight requests drained
+    assert c["n_requests"] >= 2 and c["output_tokens"] > 0 and c["ignore_eos"]
+    assert IGNORE_EOS_WARNING in c["warnings"]
+    assert IGNORE_EOS_WARNING in store.manifest()["sessions"][0]["warnings"]
+
+
+class NoMetricsProxy:
+    """Forwards everything but /metrics (404) to an engine, as a production proxy might."""
+
+    def __init__(self, upstream: str):
+        import asyncio
+
+        self.upstream, self.loop = upstream, asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+
+    async def _start(self) -> str:
+        import aiohttp
+        from aiohttp import web
+
+        self.session = aiohttp.ClientSession()
+
+        async def forward(request: web.Request) -> web.StreamResponse:
+            if request.path == "/metrics":
+                raise web.HTTPNotFound()
+            async with self.session.request(request.method, self.upstream + request.path_qs,
+                                            data=await request.read(),
+                                            headers={"Content-Type": "application/json"}) as up:
+                resp = web.StreamResponse(status=up.status, headers={
+                    "Content-Type": up.headers.get("Content-Type", "application/json")})
+                await resp.prepare(request)
+                async for data in up.content.iter_any():
+                    await resp.write(data)
+                await resp.write_eof()
+                return resp
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", forward)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+    def close(self) -> None:
+        import asyncio
+
+        async def stop():
+            await self.session.close()
+            await self.runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def test_missing_metrics_leaves_acceptance_empty_with_a_warning(
+        embedded_server, params_dir, tmp_path):
+    proxy = NoMetricsProxy(embedded_server)
+    try:
+        attach_profile(params_dir, "proxied", proxy.url, served_model(embedded_server))
+        path = study(params_dir, [{"name": "proxied", "profile": "proxied"}],
+                     concurrency=[1, 2])
+        summary, store = run(path, tmp_path)
+    finally:
+        proxy.close()
+    assert (summary.ok, summary.failed) == (2, 0)
+    for c in store.load_cells().iter_rows(named=True):
+        assert c["acceptance_length"] is None and c["per_position_acceptance"] is None
+        assert c["counters_consistent"] is None and c["agg_tok_s"] > 0
+        assert any("/metrics" in w for w in c["warnings"])
+
+
+def test_bad_study_and_profile_files_name_the_file_and_key(params_dir, capsys):
+    path = study(params_dir, [{"name": "a", "profile": "nowhere"}])
+    assert main([str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "01_tiny.yaml" in err and "arms[0].profile" in err and "nowhere" in err
+    write(params_dir / "profiles" / "bad.yaml",
+          {"engine": "attach", "url": "http://x", "model": {"id": "m"}, "port": "eighty"})
+    path = study(params_dir, [{"name": "a", "profile": "bad"}], concurrancy=[1])
+    assert main([str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "01_tiny.yaml" in err and "concurrancy" in err and "did you mean 'concurrency'" in err
+    path = study(params_dir, [{"name": "a", "profile": "bad"}])
+    assert main([str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "port" in err and "eighty" in err
+
+
+def test_the_smoke_suite_resolves_for_the_runner():
+    plans = resolve(REPO / "params" / "smoke.yaml")
+    assert len(plans) == 7 and all(st.arms and run_id == "smoke" for st, _, run_id in plans)
+
+
+# ------------------------------------------------------------------ launched engine faults
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def embedded_profile(params: Path, ckpt: Path, port: int) -> None:
+    write(params / "profiles" / "tiny-mtp.yaml", {
+        "engine": "embedded", "command": ["{python}", "-m", "specrepro.embedded.serve"],
+        "host": "127.0.0.1", "port": port,
+        "model": {"id": str(ckpt), "revision": None, "served_name": "tiny"},
+        "flags": {"max-model-len": 512, "max-num-seqs": 4},
+        "speculative": {"method": "mtp", "num_speculative_tokens": 3},
+        "env": {"OMP_NUM_THREADS": "1"}, "ready_timeout_s": 120})
+
+
+def when_second_cell_streams(store_root: Path, url: str, act) -> threading.Thread:
+    """Call act() once the first cell is stored and the engine is generating again."""
+
+    def watch():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if list((store_root / "cells").glob("*.parquet")):
+                text = engines.http_get(f"{url}/metrics", timeout=1)[1].decode()
+                if text and (promtext.parse(text, "embedded").requests_running or 0) > 0:
+                    act()
+                    return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def engine_pid(port: int) -> int:
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        if "specrepro.embedded.serve" in " ".join(child.cmdline()) and str(port) in child.cmdline():
+            return child.pid
+    raise AssertionError("the runner's engine process was not found")
+
+
+def fault_study(params_dir, tiny_checkpoint):
+    port = free_port()
+    embedded_profile(params_dir, tiny_checkpoint, port)
+    path = study(params_dir, [{"name": "mtp", "profile": "tiny-mtp"}], concurrency=[1, 2],
+                 ignore_eos=True,
+                 workloads=[{"name": "essays", "n": 2, "form": "chat", "max_tokens": 160}])
+    return path, port
+
+
+def test_engine_death_mid_cell_is_a_failed_cell_and_a_rerun_completes(
+        tiny_checkpoint, params_dir, tmp_path):
+    path, port = fault_study(params_dir, tiny_checkpoint)
+    root = tmp_path / "results" / "tiny_sweep" / "standalone"
+    watcher = when_second_cell_streams(
+        root, f"http://127.0.0.1:{port}", lambda: os.kill(engine_pid(port), signal.SIGKILL))
+    summary, store = run(path, tmp_path)
+    watcher.join(5)
+    assert (summary.ok, summary.failed) == (1, 1)
+    attempts = store.load_attempts()
+    failed = attempts.filter(pl.col("status") == "failed").row(0, named=True)
+    assert "died during the cell" in failed["error"] and "last lines" in failed["error"]
+    assert failed["concurrency"] == 2
+    summary, store = run(path, tmp_path)  # the re-run measures only the failed cell
+    assert (summary.ok, summary.failed, summary.skipped) == (1, 0, 1)
+    cells = store.load_cells()
+    assert cells.height == 2 and cells["cell_id"].n_unique() == 2
+    assert sorted(cells["concurrency"].to_list()) == [1, 2]
+    assert store.load_attempts().height == 3  # ok, failed, ok: nothing rewritten
+    summary, store = run(path, tmp_path)  # all done: the engine is not even launched
+    assert (summary.ok, summary.skipped) == (0, 2)
+    assert store.manifest()["sessions"][-1]["engines"] == []
+
+
+def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(
+        tiny_checkpoint, params_dir, tmp_path):
+    path, port = fault_study(params_dir, tiny_checkpoint)
+    root = tmp_path / "results" / "tiny_sweep" / "standalone"
+    watcher = when_second_cell_streams(root, f"http://127.0.0.1:{port}",
+                                       lambda: os.kill(os.getpid(), signal.SIGINT))
+    summary, store = run(path, tmp_path)
+    watcher.join(5)
+    assert (summary.ok, summary.interrupted) == (1, 1) and summary.exit_code == 130
+    statuses = sorted(store.load_attempts()["status"].to_list())
+    assert statuses == ["interrupted", "ok"]
+    assert store.manifest()["sessions"][-1]["status"] == "interrupted"
+    assert not engines.port_open("127.0.0.1", port)  # the engine was stopped
+    summary, store = run(path, tmp_path)
+    assert (summary.ok, summary.skipped) == (1, 1) and store.load_cells().height == 2
+
+
+def test_transformers_peer_arm(tiny_checkpoint, params_dir, tmp_path):
+    write(params_dir / "profiles" / "peer-draft.yaml", {
+        "engine": "transformers", "command": None,
+        "model": {"id": str(tiny_checkpoint), "revision": None},
+        "drafter": {"id": str(tiny_checkpoint), "revision": None},
+        "flags": {"device": "cpu", "dtype": "float32"},
+        "speculative": {"method": "draft_model", "num_speculative_tokens": 3}})
+    path = study(params_dir, [{"name": "peer", "profile": "peer-draft"}], concurrency=[2])
+    summary, store = run(path, tmp_path)
+    (c,) = store.load_cells().iter_rows(named=True)
+    assert summary.ok == 1 and c["engine"] == "transformers" and c["n_errors"] == 0
+    assert c["engine_version"] == __import__("transformers").__version__
+    assert c["acceptance_length"] == pytest.approx(c["output_tokens"] / c["num_drafts"])
+    assert len(c["per_position_acceptance"]) == 3 and c["peak_mem_mib"] > 0
+    assert any("one request at a time" in w for w in c["warnings"])
+    assert any("derived" in w for w in c["warnings"])
+
+
+def test_sglang_acceptance_from_per_response_fields():
+    from specrepro.harness.loadgen import RequestRecord
+    from specrepro.harness.runner import acceptance
+
+    def rec(verify, correct, hist):
+        r = RequestRecord(0, "p", 0)
+        r.spec = {"sglext": {"spec_tokens_details": {
+            "spec_verify_ct": verify, "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": verify * 3, "spec_correct_drafts_histogram": hist}}}
+        return r
+
+    # hist[j]: steps with j correct drafts (K = 3)
+    acc = acceptance(None, [rec(4, 8, [0, 1, 2, 1]), rec(2, 1, [1, 1, 0, 0])], "sglang")
+    assert acc["num_drafts"] == 6 and acc["num_accepted_tokens"] == 9
+    assert acc["acceptance_length"] == pytest.approx(1 + 9 / 6)
+    assert acc["draft_acceptance_rate"] == pytest.approx(9 / 18)
+    assert acc["per_position_acceptance"] == pytest.approx([5 / 6, 3 / 6, 1 / 6])
