@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PARAMS ?= params/default.yaml
 export SPECREPRO_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: all test venv clean-venv
+.PHONY: all test venv clean-venv nb html report FORCE
 
 # The venv is rebuilt when the project's dependencies change, not when the
 # package's code does (it is installed editable).
@@ -25,8 +25,50 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-all: $(STAMP)
-	@echo "nothing to build yet"
+# --- the notebooks -------------------------------------------------------------------
+# `make all` runs every notebook on $(PARAMS) (a suite) and writes figures/, results/,
+# reports/<nb>.html and reports/index.html. A notebook re-runs only when one of its
+# inputs changed (the notebook, any params file, the package's code and data, its
+# study's stored results); it then replays stored cells and measures only missing ones.
+# FRESH=1 measures every cell again. `make nb NB=<id>` runs one notebook regardless.
+NOTEBOOKS := 01_drafter_block_sweep 02_temperature_spread 03_target_precision \
+	04_engine_comparison 05_fp8_drafter_gates 06_draft_schedule_under_load 07_the_bill
+SUITE := $(basename $(notdir $(PARAMS)))
+MODE := $(if $(FRESH),run,auto)
+# The default suite's figures are the committed ones; other suites write beside them.
+FIGURES ?= $(if $(filter default,$(SUITE)),figures,figures/$(SUITE))
+REPORTS ?= $(if $(filter default,$(SUITE)),reports,reports/$(SUITE))
+NB_STAMPS := .stamps/$(SUITE)
+LIB_FILES := $(shell find lib/specrepro -name '*.py' -o -name '*.yaml' -o -name '*.csv')
+PARAM_FILES := $(wildcard params/*.yaml params/studies/*.yaml params/profiles/*.yaml)
+RUN_NB = $(PY) -m specrepro.analysis.notebooks run --params $(PARAMS) --mode $(MODE) \
+	--figures-dir $(FIGURES) --reports-dir $(REPORTS)
+
+all: $(STAMP) $(REPORTS)/index.html
+
+# Notebooks share the engine's port and the machine's cores: one at a time.
+.NOTPARALLEL:
+.SECONDEXPANSION:
+$(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) \
+		$$(shell find results -path '*/$$*/*' -name '*.parquet' 2>/dev/null) \
+		$(if $(FRESH),FORCE)
+	$(RUN_NB) $*
+	@mkdir -p $(@D) && touch $@
+
+$(REPORTS)/index.html: $(NOTEBOOKS:%=$(NB_STAMPS)/%.done)
+	$(PY) -m specrepro.cli report --reports-dir $(REPORTS)
+
+nb: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make nb NB=<notebook id> [PARAMS=params/<suite>.yaml]"; exit 2; }
+	$(RUN_NB) $(NB)
+	@mkdir -p $(NB_STAMPS) && touch $(NB_STAMPS)/$(NB).done
+	$(PY) -m specrepro.cli report --reports-dir $(REPORTS)
+
+# Re-render the index from the executed notebooks already in $(REPORTS).
+html report: $(STAMP)
+	$(PY) -m specrepro.cli report --reports-dir $(REPORTS)
+
+FORCE:
 
 clean-venv:
 	rm -rf $(VENV)
