@@ -1,0 +1,151 @@
+"""Shared fixtures: a tiny complete checkpoint and the embedded server, as a process or in-process.
+
+- `tiny_checkpoint` (session): a randomly initialised, complete checkpoint (target, tokenizer,
+  drafters mtp / dflash / draft_model) built by `checkpoint.build_random_checkpoint`.
+- `embedded_server` (session): `python -m specrepro.embedded.serve` on a free 127.0.0.1 port,
+  serving the tiny checkpoint with n-gram drafts at 3 tokens and per-request spec metrics.
+  It yields the base URL (a `str`, with `.process` and `.log_path` attached); the model is
+  served as `embedded-tiny` and also logs to `<log dir>/embedded_server.log` (`--log-file`).
+- `start_embedded_server(*flags)` (function scope): the same with other flags; stopped at the
+  end of the test.
+- `inprocess_server(**engine_config)` (function scope): the aiohttp app and the engine in this
+  process (a server thread), so a test can reach into the engine: free slots, fault injection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+READY = re.compile(r"Starting vLLM server on (http://\S+)")
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    from specrepro.embedded.checkpoint import build_random_checkpoint
+
+    return build_random_checkpoint(tmp_path_factory.mktemp("tiny_checkpoint"), seed=0)
+
+
+class ServerURL(str):
+    """A server's base URL, with its process and log file."""
+
+    process: subprocess.Popen
+    log_path: Path
+
+
+def launch_server(model_dir: Path, log_dir: Path, *flags: str,
+                  timeout: float = 180.0) -> ServerURL:
+    """Start the server as a process on a free port; return once it listens."""
+    log_path = log_dir / f"serve-{time.monotonic_ns()}.log"
+    cmd = [sys.executable, "-m", "specrepro.embedded.serve", "--model", str(model_dir),
+           "--port", "0", *flags]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = READY.search(log_path.read_text(errors="replace"))
+        if m:
+            url = ServerURL(m.group(1))
+            url.process, url.log_path = proc, log_path
+            return url
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
+        time.sleep(0.1)
+    stop_server(proc)
+    raise TimeoutError(f"server not ready after {timeout} s:\n{log_path.read_text()}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# n-gram lookup needs no weights, and a random model's repetitive output gives it acceptances
+SERVER_FLAGS = ("--served-model-name", "embedded-tiny", "--max-num-seqs", "8",
+                "--max-model-len", "512",
+                "--speculative-config", ('{"method": "ngram", "num_speculative_tokens": 3, '
+                                         '"prompt_lookup_min": 1, "prompt_lookup_max": 3}'),
+                "--per-request-spec-decode-metrics", "summary")
+
+
+@pytest.fixture(scope="session")
+def embedded_server(tiny_checkpoint, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("serve_logs")
+    url = launch_server(tiny_checkpoint, logs, *SERVER_FLAGS, "--log-file",
+                        str(logs / "embedded_server.log"))
+    yield url
+    stop_server(url.process)
+
+
+@pytest.fixture
+def start_embedded_server(tiny_checkpoint, tmp_path):
+    started = []
+
+    def start(*flags: str) -> ServerURL:
+        url = launch_server(tiny_checkpoint, tmp_path, *flags)
+        started.append(url)
+        return url
+
+    yield start
+    for url in started:
+        stop_server(url.process)
+
+
+class InProcessServer:
+    """The server's aiohttp app on a thread of this process, over an engine built here."""
+
+    def __init__(self, engine, **server_kw):
+        from specrepro.embedded.serve import Server
+
+        self.engine = engine
+        self.server = Server(engine, "tiny", "tiny", engine.config.max_model_len, **server_kw)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(60)
+
+    async def _start(self) -> str:
+        from aiohttp import web
+
+        self.runner = web.AppRunner(self.server.app(), handler_cancellation=True)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def inprocess_server(tiny_checkpoint):
+    made = []
+
+    def make(spec_tokens: int | None = None, **config) -> InProcessServer:
+        from specrepro.embedded.engine import EngineConfig, LLMEngine
+
+        config = {"max_num_seqs": 4, "max_model_len": 512, **config}
+        engine = LLMEngine(EngineConfig(model_dir=str(tiny_checkpoint), **config))
+        srv = InProcessServer(engine, spec_tokens=spec_tokens)
+        made.append(srv)
+        return srv
+
+    yield make
+    for srv in made:
+        srv.close()
