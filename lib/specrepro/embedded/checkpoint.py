@@ -1,0 +1,168 @@
+"""Load and save the embedded checkpoint: the target, its tokenizer and its drafters.
+
+Layout of a checkpoint directory (the target is a Hugging Face Qwen3 checkpoint):
+
+    config.json  model.safetensors  generation_config.json
+    tokenizer.json  tokenizer_config.json  special_tokens_map.json
+    drafters.json            {name: method} of the drafters below
+    <name>/config.json       {"specrepro_drafter": DrafterConfig, ...}; for the draft
+    <name>/model.safetensors model also a Hugging Face config (an assistant model)
+    MODEL_CARD.md
+
+Design:
+- Weights are stored in bf16 (the size budget) and loaded in the dtype asked for.
+  Tied embeddings are stored once (`model.embed_tokens.weight`), as transformers does.
+- The MTP head and block drafter borrow the target's embedding and output head, so
+  `load_proposer` takes the loaded target.
+- `build_random_checkpoint` writes a tiny, randomly initialised, complete
+  checkpoint in about a second, for other modules' tests.
+- Imports torch, safetensors, tokenizers, jinja2 only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from specrepro.embedded.drafters import PROPOSERS, DrafterConfig, Proposer, build_proposer
+from specrepro.embedded.model import ModelConfig, Qwen3Model
+from specrepro.embedded.tokenizer import Tokenizer, train_bpe
+
+DRAFTER_KEY = "specrepro_drafter"
+
+
+def _tensors(module: torch.nn.Module, dtype: torch.dtype, skip: tuple[str, ...] = ()) -> dict:
+    return {k: v.detach().to(dtype).contiguous().cpu() for k, v in module.state_dict().items()
+            if k not in skip}
+
+
+def _load_into(module: torch.nn.Module, path: Path, allow_missing: tuple[str, ...] = ()) -> None:
+    state = load_file(str(path))
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k not in allow_missing]
+    if missing or unexpected:
+        raise ValueError(f"{path}: missing tensors {missing}, unexpected {unexpected}")
+
+
+def _tied_skip(cfg: ModelConfig) -> tuple[str, ...]:
+    return ("lm_head.weight",) if cfg.tie_word_embeddings else ()
+
+
+def save_hf_model(directory: Path, model: Qwen3Model, tokenizer: Tokenizer,
+                  dtype: torch.dtype = torch.bfloat16, extra_config: dict | None = None) -> None:
+    """A Hugging Face Qwen3ForCausalLM folder (config, weights, tokenizer, generation)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cfg = {**model.config.to_hf_config(), "torch_dtype": str(dtype).removeprefix("torch."),
+           "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.eos_token_id,
+           **(extra_config or {})}
+    (directory / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    save_file(_tensors(model, dtype, _tied_skip(model.config)),
+              str(directory / "model.safetensors"), metadata={"format": "pt"})
+    gen = {"bos_token_id": None, "eos_token_id": tokenizer.stop_token_ids(),
+           "pad_token_id": tokenizer.eos_token_id, "do_sample": False}
+    (directory / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    tokenizer.save(directory)
+
+
+def save_checkpoint(directory: str | Path, target: Qwen3Model, tokenizer: Tokenizer,
+                    proposers: dict[str, Proposer], card: str | None = None,
+                    dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Write the target, tokenizer and each drafter (in subfolder `name`)."""
+    d = Path(directory)
+    save_hf_model(d, target, tokenizer, dtype)
+    index = {}
+    for name, prop in proposers.items():
+        sub = d / name
+        sub.mkdir(parents=True, exist_ok=True)
+        meta = {DRAFTER_KEY: prop.cfg.to_dict()}
+        if prop.method == "draft_model":
+            save_hf_model(sub, prop.model, tokenizer, dtype, extra_config=meta)
+        else:
+            meta["target_hidden_size"] = target.config.hidden_size
+            (sub / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
+            save_file(_tensors(prop, dtype), str(sub / "model.safetensors"),
+                      metadata={"format": "pt"})
+        index[name] = prop.method
+    (d / "drafters.json").write_text(json.dumps(index, indent=2) + "\n")
+    if card is not None:
+        (d / "MODEL_CARD.md").write_text(card)
+    return d
+
+
+def load_target(directory: str | Path, device="cpu",
+                dtype: torch.dtype = torch.float32) -> tuple[Qwen3Model, Tokenizer]:
+    d = Path(directory)
+    if not (d / "config.json").is_file():
+        raise FileNotFoundError(f"no config.json in {d}: not an embedded checkpoint")
+    cfg = ModelConfig.from_dict(json.loads((d / "config.json").read_text()))
+    model = Qwen3Model(cfg)
+    _load_into(model, d / "model.safetensors", _tied_skip(cfg))
+    return model.to(device=device, dtype=dtype).eval(), Tokenizer.load(d)
+
+
+def list_drafters(directory: str | Path) -> dict[str, str]:
+    """{name: method} of the drafters stored in a checkpoint."""
+    path = Path(directory) / "drafters.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def load_proposer(directory: str | Path, method: str, target: Qwen3Model, device=None,
+                  dtype: torch.dtype | None = None, name: str | None = None) -> Proposer:
+    """The drafter stored in subfolder `name` (default: the method's name) of `directory`.
+    Device and dtype default to the target's."""
+    if method not in PROPOSERS:
+        raise ValueError(f"unknown drafter method {method!r}; expected one of {sorted(PROPOSERS)}")
+    sub = Path(directory) / (name or method)
+    cfg_path = sub / "config.json"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"no drafter {name or method!r} in {directory} ({cfg_path} missing;"
+                                f" stored: {list_drafters(directory)})")
+    raw = json.loads(cfg_path.read_text())
+    if DRAFTER_KEY not in raw:
+        raise ValueError(f"{cfg_path}: no {DRAFTER_KEY!r} key")
+    cfg = DrafterConfig.from_dict(raw[DRAFTER_KEY])
+    if cfg.method != method:
+        raise ValueError(f"{cfg_path}: drafter is {cfg.method!r}, asked for {method!r}")
+    prop = PROPOSERS[method](cfg, target.config, target)
+    if method == "draft_model":
+        _load_into(prop.model, sub / "model.safetensors", _tied_skip(prop.model_cfg))
+    else:
+        _load_into(prop, sub / "model.safetensors")
+    ref = next(target.parameters())
+    return prop.to(device=device or ref.device, dtype=dtype or ref.dtype).eval()
+
+
+# --------------------------------------------------------------------------- tiny checkpoint
+TINY_TARGET = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   max_position_embeddings=4096)
+TINY_DRAFTERS = {
+    "mtp": DrafterConfig("mtp", 1, 128),
+    "dflash": DrafterConfig("dflash", 2, 128, target_layers=(0, 2, 3)),
+    "draft_model": DrafterConfig("draft_model", draft=dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16)),
+}
+
+
+def tiny_tokenizer_texts() -> list[str]:
+    """Deterministic text for a tiny tokenizer: this package's own source files."""
+    here = Path(__file__).parent
+    return [p.read_text() for p in sorted(here.glob("*.py"))]
+
+
+def build_random_checkpoint(directory: str | Path, seed: int = 0,
+                            target: dict | None = None) -> Path:
+    """A complete, randomly initialised tiny checkpoint (CPU, about a second)."""
+    torch.manual_seed(seed)
+    tok = train_bpe(tiny_tokenizer_texts(), vocab_size=(target or TINY_TARGET)["vocab_size"])
+    cfg = ModelConfig(**{**TINY_TARGET, **(target or {}), "vocab_size": tok.vocab_size,
+                         "eos_token_id": tok.eos_token_id})
+    model = Qwen3Model(cfg)
+    model.init_weights(std=0.1)
+    props = {name: build_proposer(c, model) for name, c in TINY_DRAFTERS.items()}
+    card = "# Random tiny checkpoint\n\nBuilt by `build_random_checkpoint` for tests.\n"
+    return save_checkpoint(directory, model, tok, props, card)

@@ -1,0 +1,438 @@
+"""Drafters for the embedded target: MTP head, DFlash-style block drafter, draft model.
+
+Design:
+- Every drafter is a `Proposer` (the engine's contract, docs/architecture.md):
+  `observe` after each target pass (prefill chunk or verify) with the tokens, their
+  positions and the target's hidden states at `target_layers`; `propose` drafts k
+  tokens after `last_token` (the target's next token, at position `context_len`,
+  not yet processed). Each keeps its own per-slot caches, batched over slots, and
+  rolls back by length like the target: entries at positions >= a slot's accepted
+  length are overwritten before anything reads them, so ragged acceptance needs no
+  call. `release` frees nothing (the caches are preallocated per slot).
+- **MTP head** (DeepSeek-V3 style): one decoder layer on
+  `eh_proj([norm(h_p); norm(emb(x_{p+1}))])` at position p, predicting x_{p+2}
+  through the target's (shared, frozen) embedding and output head. Its entry at p
+  needs the *next* token, so `observe` writes entries for all but the last
+  position of a chunk and keeps the target's hidden states per position; `propose`
+  writes the entry at context_len-1 with `last_token`, then re-runs the layer on
+  its own output k times.
+- **Block drafter** (DFlash style): target hidden states of several depths,
+  concatenated and projected (`fc`, `hidden_norm`), are injected as extra keys and
+  values in every drafter layer; the block is the last real token plus mask
+  positions, filled in one bidirectional pass; trained at `block_size` (8). At
+  k <= block_size-1 it runs the trained block and keeps the first k drafts (so k
+  drafts are a prefix of k+1 drafts); at k >= block_size the block grows past its
+  training.
+- **Draft model**: an independent small `Qwen3Model` (a Hugging Face checkpoint of
+  its own, so `transformers` can use it as an assistant model) that drafts
+  autoregressively with its own KV cache and ignores the target's hidden states.
+- Training losses live beside each forward (`training_loss`): the labels are the
+  frozen target's greedy predictions (self-distillation, EMBEDDED_NOTES lesson 2).
+- Imports torch only (plus the target model module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specrepro.embedded.model import (
+    MLP,
+    DecoderLayer,
+    ModelConfig,
+    Qwen3Model,
+    RMSNorm,
+    SlotKVCache,
+    apply_rope,
+    rope_cos_sin,
+)
+
+METHODS = ("mtp", "dflash", "draft_model")
+Sampler = Callable[[torch.Tensor], torch.Tensor]  # logits [B, V] -> tokens [B]
+
+
+@dataclass
+class DrafterConfig:
+    """A drafter's shape, as data. Hidden size and heads follow the target's (the
+    MTP head and block drafter read its hidden states and share its embedding)."""
+
+    method: str
+    num_hidden_layers: int = 1
+    intermediate_size: int = 768
+    target_layers: tuple[int, ...] = ()  # MTP: (last,); dflash: several depths
+    block_size: int = 8  # dflash: last real token + block_size-1 masks
+    loss_decay: float = 0.9  # weight of draft position j is loss_decay**(j-1)
+    # MTP: steps unrolled in training. 1 = DeepSeek-V3 / Qwen3-Next: one module trained
+    # for the next-next token, re-run on its own output at inference.
+    mtp_train_depth: int = 1
+    # draft_model only: its own small model (a Hugging Face Qwen3 config).
+    draft: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"drafter method {self.method!r} not in {METHODS}")
+        self.target_layers = tuple(int(i) for i in self.target_layers)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DrafterConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown drafter config keys {sorted(unknown)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["target_layers"] = list(self.target_layers)
+        return d
+
+    def layer_config(self, target: ModelConfig) -> ModelConfig:
+        return replace(target, num_hidden_layers=self.num_hidden_layers,
+                       intermediate_size=self.intermediate_size)
+
+
+class SharedTarget:
+    """The target's embedding and output head, borrowed (not a submodule: the
+    drafter's state dict holds its own weights only)."""
+
+    def __init__(self, target: Qwen3Model):
+        self.embed = target.model.embed_tokens
+        self.lm_head = target.lm_head
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(-1)
+
+
+class Proposer(nn.Module):
+    """The engine's drafter contract (docs/architecture.md, "Contract: drafters")."""
+
+    method: str = ""
+    target_layers: tuple[int, ...] = ()
+
+    def allocate(self, num_slots: int, max_len: int, device=None,
+                 dtype: torch.dtype = torch.float32) -> None:
+        raise NotImplementedError
+
+    def kv_bytes_per_token(self) -> int:
+        raise NotImplementedError
+
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.parameters())
+
+    def observe(self, slots, tokens, positions, hidden) -> None:
+        raise NotImplementedError
+
+    def propose(self, slots, context_len, last_token, k, sample: Sampler | None = None):
+        raise NotImplementedError
+
+    def release(self, slot: int) -> None:
+        """Nothing to free: caches are per slot and roll back by length."""
+
+    def _elem(self) -> int:
+        return torch.empty((), dtype=self._cache_dtype).element_size()
+
+
+def _draft_loop(step, k: int, sample: Sampler | None):
+    """Run `step(j) -> logits [B, V]` k times; returns tokens [B, k], logits [B, k, V]."""
+    sample = sample or greedy
+    toks, logits = [], []
+    for j in range(k):
+        lg = step(j, toks[-1] if toks else None)
+        logits.append(lg)
+        toks.append(sample(lg))
+    return torch.stack(toks, 1), torch.stack(logits, 1)
+
+
+# --------------------------------------------------------------------------- MTP head
+class MTPHead(Proposer):
+    method = "mtp"
+
+    def __init__(self, cfg: DrafterConfig, target_cfg: ModelConfig, target: Qwen3Model):
+        super().__init__()
+        if cfg.num_hidden_layers != 1:
+            raise ValueError("the MTP head has exactly one layer")
+        d = target_cfg.hidden_size
+        self.cfg, self.target_cfg = cfg, target_cfg
+        self.layer_cfg = cfg.layer_config(target_cfg)
+        self.target_layers = (target_cfg.num_hidden_layers - 1,)
+        self.hnorm = RMSNorm(d, target_cfg.rms_norm_eps)
+        self.enorm = RMSNorm(d, target_cfg.rms_norm_eps)
+        self.eh_proj = nn.Linear(2 * d, d, bias=False)
+        self.layer = DecoderLayer(self.layer_cfg)
+        self.norm = RMSNorm(d, target_cfg.rms_norm_eps)
+        self.shared = SharedTarget(target)
+
+    def step(self, h, next_tokens, positions, slots=None):
+        # h: [B, S, D] hidden at positions; next_tokens: [B, S] tokens at positions+1.
+        # With `slots`, K/V go to (slot, position) of the head's cache (serving).
+        z = self.eh_proj(torch.cat([self.hnorm(h), self.enorm(self.shared.embed(next_tokens))], -1))
+        cos, sin = rope_cos_sin(positions, self.target_cfg.head_dim, self.target_cfg.rope_theta,
+                                z.dtype)
+        kw = {}
+        if slots is not None:
+            kw = dict(kv_cache=self.cache.layer(0), slots=slots, positions=positions,
+                      kv_len=int(positions.max()) + 1)
+        return self.layer(z, cos, sin, **kw)  # [B, S, D]
+
+    def logits(self, h):
+        return self.shared.lm_head(self.norm(h))
+
+    def training_loss(self, tokens, labels, hidden, **_):
+        """tokens, labels [B, T] (labels[:, i] = target's greedy token for i+1);
+        hidden: [last-layer hidden [B, T, D]]. Unrolls `mtp_train_depth` steps, step j
+        reading step j-1's output as inference does."""
+        h, T = hidden[0], tokens.shape[1]
+        total, weight, per_step = 0.0, 0.0, []
+        for j in range(1, self.cfg.mtp_train_depth + 1):
+            n = T - j  # step j at index i reads (h_i, x_{i+j}) and predicts label[i+j]
+            pos = torch.arange(n, device=tokens.device).expand(tokens.shape[0], n)
+            h = self.step(h[:, :n], tokens[:, j:], pos)
+            loss = F.cross_entropy(self.logits(h).flatten(0, 1).float(),
+                                   labels[:, j:].flatten(), ignore_index=-100)
+            w = self.cfg.loss_decay ** (j - 1)
+            total, weight = total + w * loss, weight + w
+            per_step.append(loss.detach())
+        return total / weight, torch.stack(per_step)
+
+    # -- Proposer --------------------------------------------------------------
+    def allocate(self, num_slots, max_len, device=None, dtype=torch.float32):
+        self._cache_dtype = dtype
+        self.cache = SlotKVCache(self.layer_cfg, num_slots, max_len, device=device, dtype=dtype)
+        # The target's last hidden state per position: propose needs h at context_len-1,
+        # which after a verify lies inside the observed chunk, not at its end.
+        self.hbuf = torch.zeros(num_slots, max_len, self.target_cfg.hidden_size,
+                                device=device, dtype=dtype)
+
+    def kv_bytes_per_token(self):
+        return (self.layer_cfg.kv_bytes_per_token(self._cache_dtype)
+                + self.target_cfg.hidden_size * self._elem())
+
+    @torch.no_grad()
+    def observe(self, slots, tokens, positions, hidden):
+        h = hidden[0]
+        self.hbuf[slots[:, None].expand_as(positions), positions] = h.to(self.hbuf.dtype)
+        if tokens.shape[1] > 1:  # entries whose next token is inside the chunk
+            self.step(h[:, :-1].to(self.eh_proj.weight.dtype), tokens[:, 1:], positions[:, :-1],
+                      slots)
+
+    @torch.no_grad()
+    def propose(self, slots, context_len, last_token, k, sample=None):
+        pos = (context_len - 1)[:, None]  # [B, 1]
+        state = {"h": self.hbuf[slots, context_len - 1][:, None].to(self.eh_proj.weight.dtype)}
+
+        def step(j, prev):
+            nxt = last_token[:, None] if prev is None else prev[:, None]
+            p = pos + j
+            state["h"] = self.step(state["h"], nxt, p, slots)
+            return self.logits(state["h"])[:, 0]
+
+        return _draft_loop(step, k, sample)
+
+
+# --------------------------------------------------------------------------- block drafter
+class BlockAttention(nn.Module):
+    """Attention of block positions over injected context keys/values and the block."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, h, kv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.n_heads, self.n_kv, self.head_dim = h, kv, hd
+        self.q_proj = nn.Linear(d, h * hd, bias=False)
+        self.k_proj = nn.Linear(d, kv * hd, bias=False)
+        self.v_proj = nn.Linear(d, kv * hd, bias=False)
+        self.o_proj = nn.Linear(h * hd, d, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+
+    def kv(self, x, cos, sin):
+        # x: [B, S, D] -> k, v: [B, KV, S, hd]
+        B, S, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(B, S, self.n_kv, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, S, self.n_kv, self.head_dim).transpose(1, 2)
+        return apply_rope(k, cos, sin), v
+
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
+        # x: [B, Q, D]; ctx_k/v: [B, KV, C, hd]; mask: [B, 1, Q, C+Q] (True = attend)
+        B, Q, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, Q, self.n_heads, self.head_dim)).transpose(1, 2)
+        q = apply_rope(q, cos, sin)
+        k, v = self.kv(x, cos, sin)
+        keys = torch.cat([ctx_k.to(q.dtype), k], 2)
+        vals = torch.cat([ctx_v.to(q.dtype), v], 2)
+        out = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, Q, -1))
+
+
+class BlockLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = BlockAttention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx_k, ctx_v, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class BlockDrafter(Proposer):
+    method = "dflash"
+
+    def __init__(self, cfg: DrafterConfig, target_cfg: ModelConfig, target: Qwen3Model):
+        super().__init__()
+        if len(cfg.target_layers) < 1:
+            raise ValueError("the block drafter needs target_layers")
+        d = target_cfg.hidden_size
+        self.cfg, self.target_cfg = cfg, target_cfg
+        self.layer_cfg = cfg.layer_config(target_cfg)
+        self.target_layers = cfg.target_layers
+        self.block_size = cfg.block_size
+        self.fc = nn.Linear(len(cfg.target_layers) * d, d, bias=False)
+        self.hidden_norm = RMSNorm(d, target_cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(BlockLayer(self.layer_cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(d, target_cfg.rms_norm_eps)
+        self.mask_embedding = nn.Parameter(torch.zeros(d))
+        self.shared = SharedTarget(target)
+
+    def _rope(self, positions, dtype):
+        return rope_cos_sin(positions, self.target_cfg.head_dim, self.target_cfg.rope_theta, dtype)
+
+    def context(self, hidden: Sequence[torch.Tensor]) -> torch.Tensor:
+        # hidden: one [B, S, D] per target layer -> context features [B, S, D]
+        return self.hidden_norm(self.fc(torch.cat(list(hidden), -1)))
+
+    def _blocks(self, anchor_tokens, n):
+        # anchor_tokens: [B, nb] -> [B, nb, n, D]: the real token, then n-1 mask embeddings
+        emb = self.shared.embed(anchor_tokens)  # [B, nb, D]
+        masks = self.mask_embedding.to(emb.dtype).expand(*anchor_tokens.shape, n - 1, emb.shape[-1])
+        return torch.cat([emb[:, :, None], masks], 2)
+
+    def run_layers(self, x, cos, sin, ctx_kv, mask):
+        for layer, (ck, cv) in zip(self.layers, ctx_kv):
+            x = layer(x, cos, sin, ck, cv, mask)
+        return self.shared.lm_head(self.norm(x))
+
+    def training_loss(self, tokens, labels, hidden, anchors, **_):
+        """tokens, labels [B, T]; hidden: one [B, T, D] per target layer; anchors [B, nb]
+        positions in [1, T-block_size+1]. Block b reads context positions < anchor_b
+        (the anchor token itself has no target hidden state at inference)."""
+        B, T = tokens.shape
+        n, nb, dev = self.block_size, anchors.shape[1], tokens.device
+        ctx = self.context(hidden)
+        ctx_pos = torch.arange(T, device=dev).expand(B, T)
+        cos_c, sin_c = self._rope(ctx_pos, ctx.dtype)
+        ctx_kv = [layer.self_attn.kv(ctx, cos_c, sin_c) for layer in self.layers]
+        offs = torch.arange(n, device=dev)
+        pos = (anchors[:, :, None] + offs).reshape(B, nb * n)  # [B, Q]
+        x = self._blocks(tokens.gather(1, anchors), n).reshape(B, nb * n, -1)
+        cos, sin = self._rope(pos, x.dtype)
+        blk = torch.arange(nb, device=dev).repeat_interleave(n)  # block id of each query
+        ctx_mask = ctx_pos[:, None, :] < anchors.repeat_interleave(n, 1)[:, :, None]  # [B,Q,T]
+        blk_mask = (blk[:, None] == blk[None, :]).expand(B, -1, -1)  # [B, Q, Q]
+        mask = torch.cat([ctx_mask, blk_mask], -1)[:, None]
+        logits = self.run_layers(x, cos, sin, ctx_kv, mask).view(B, nb, n, -1)[:, :, 1:]
+        # Draft j (1..n-1) of a block at anchor a is the token at a+j: label index a+j-1.
+        tgt = labels.gather(1, (anchors[:, :, None] + offs[:-1]).reshape(B, -1)).view(B, nb, n - 1)
+        ce = F.cross_entropy(logits.flatten(0, 2).float(), tgt.flatten(), ignore_index=-100,
+                             reduction="none").view(B, nb, n - 1)
+        valid = (tgt != -100).float()
+        w = self.cfg.loss_decay ** torch.arange(n - 1, device=dev, dtype=torch.float32)
+        per_pos = (ce * valid).sum((0, 1)) / valid.sum((0, 1)).clamp_min(1)
+        return (per_pos * w).sum() / w.sum(), per_pos.detach()
+
+    # -- Proposer --------------------------------------------------------------
+    def allocate(self, num_slots, max_len, device=None, dtype=torch.float32):
+        self._cache_dtype = dtype
+        shape = (num_slots, self.layer_cfg.num_key_value_heads, max_len, self.layer_cfg.head_dim)
+        self.ctx_cache = [(torch.zeros(shape, device=device, dtype=dtype),
+                           torch.zeros(shape, device=device, dtype=dtype)) for _ in self.layers]
+
+    def kv_bytes_per_token(self):
+        return self.layer_cfg.kv_bytes_per_token(self._cache_dtype)
+
+    @torch.no_grad()
+    def observe(self, slots, tokens, positions, hidden):
+        ctx = self.context([h.to(self.fc.weight.dtype) for h in hidden])
+        cos, sin = self._rope(positions, ctx.dtype)
+        rows = slots[:, None].expand_as(positions)
+        for layer, (ck, cv) in zip(self.layers, self.ctx_cache):
+            k, v = layer.self_attn.kv(ctx, cos, sin)  # [B, KV, S, hd]
+            ck[rows, :, positions] = k.transpose(1, 2).to(ck.dtype)
+            cv[rows, :, positions] = v.transpose(1, 2).to(cv.dtype)
+
+    @torch.no_grad()
+    def propose(self, slots, context_len, last_token, k, sample=None):
+        n = max(k + 1, self.block_size)  # truncate below the trained block, extend above
+        dev, C = last_token.device, int(context_len.max())
+        x = self._blocks(last_token[:, None], n)[:, 0]  # [B, n, D]
+        pos = context_len[:, None] + torch.arange(n, device=dev)
+        cos, sin = self._rope(pos, x.dtype)
+        ctx_kv = [(ck[slots, :, :C], cv[slots, :, :C]) for ck, cv in self.ctx_cache]
+        ctx_mask = torch.arange(C, device=dev)[None, :] < context_len[:, None]  # [B, C]
+        mask = torch.cat([ctx_mask, ctx_mask.new_ones(len(slots), n)], -1)[:, None, None]
+        logits = self.run_layers(x, cos, sin, ctx_kv, mask)[:, 1:k + 1]  # [B, k, V]
+        sample = sample or greedy
+        tokens = torch.stack([sample(logits[:, j]) for j in range(k)], 1)
+        return tokens, logits
+
+
+# --------------------------------------------------------------------------- draft model
+class DraftModel(Proposer):
+    method = "draft_model"
+    target_layers = ()
+
+    def __init__(self, cfg: DrafterConfig, target_cfg: ModelConfig, target=None):
+        super().__init__()
+        self.cfg = cfg
+        self.model_cfg = ModelConfig.from_dict(
+            {**cfg.draft, "vocab_size": target_cfg.vocab_size,
+             "max_position_embeddings": target_cfg.max_position_embeddings,
+             "eos_token_id": target_cfg.eos_token_id})
+        self.model = Qwen3Model(self.model_cfg)
+
+    def training_loss(self, tokens, labels, hidden=None, **_):
+        logits = self.model(tokens).logits
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return loss, loss.detach()[None]
+
+    def allocate(self, num_slots, max_len, device=None, dtype=torch.float32):
+        self._cache_dtype = dtype
+        self.cache = self.model.new_cache(num_slots, max_len, device=device, dtype=dtype)
+
+    def kv_bytes_per_token(self):
+        return self.model_cfg.kv_bytes_per_token(self._cache_dtype)
+
+    @torch.no_grad()
+    def observe(self, slots, tokens, positions, hidden=()):
+        self.model(tokens, positions=positions, cache=self.cache, slots=slots,
+                   kv_len=int(positions.max()) + 1, logits="none")
+
+    @torch.no_grad()
+    def propose(self, slots, context_len, last_token, k, sample=None):
+        def step(j, prev):
+            x = last_token if prev is None else prev
+            pos = (context_len + j)[:, None]
+            return self.model(x[:, None], positions=pos, cache=self.cache, slots=slots,
+                              kv_len=int(pos.max()) + 1, logits="last").logits[:, -1]
+
+        return _draft_loop(step, k, sample)
+
+
+PROPOSERS = {"mtp": MTPHead, "dflash": BlockDrafter, "draft_model": DraftModel}
+
+
+def build_proposer(cfg: DrafterConfig, target: Qwen3Model) -> Proposer:
+    """A fresh (randomly initialised) drafter of `cfg` for `target`."""
+    prop = PROPOSERS[cfg.method](cfg, target.config, target)
+    for name, p in prop.named_parameters():
+        if name.endswith("norm.weight"):
+            nn.init.ones_(p)
+        else:
+            nn.init.normal_(p, std=0.02)
+    return prop

@@ -1,0 +1,216 @@
+"""The model card's quality figures: perplexity, acceptance by position, repetition.
+
+Design:
+- Perplexity of the target on each held-out domain: documents joined with the
+  end-of-text token, cut into windows, mean token loss.
+- Acceptance is measured the way the engine runs: held-out prompts in a batch of
+  slots, each step `propose` k drafts, one target pass verifies last token + k
+  drafts, greedy acceptance (leading drafts equal to the target's argmax), the
+  proposer `observe`s the whole chunk and rolls back by length. Generation stops
+  at end of text (or `max_new`), so repetition past a document's end cannot
+  inflate acceptance (EMBEDDED_NOTES lesson 4); the share of repeated 4-grams of
+  the outputs stands beside every figure.
+- Prompts: math = held-out GSM8K test questions ("Question: …\\nAnswer:"), code =
+  the opening tokens of held-out standard-library files, prose = windows of
+  held-out WikiText articles.
+- Tokens per step = 1 + accepted drafts / steps (vLLM's acceptance length);
+  acceptance at position i = steps whose first i drafts were all accepted / steps.
+- Imports torch and the package's pure-Python metrics only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from specrepro.embedded.corpus import Document
+from specrepro.embedded.drafters import Proposer
+from specrepro.embedded.model import Qwen3Model
+from specrepro.embedded.tokenizer import Tokenizer
+from specrepro.metrics import pooled_repeated_ngram_share
+
+DOMAINS = ("math", "code", "prose")
+
+
+@dataclass
+class QualitySpec:
+    prompts: int = 32  # per domain
+    prompt_tokens: int = 128  # code and prose prompts
+    max_new: tuple[tuple[str, int], ...] = (("math", 256), ("code", 128), ("prose", 128))
+    ppl_tokens: int = 200_000  # per domain
+    ppl_window: int = 1024
+    block_ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 9)
+    mtp_ks: tuple[int, ...] = (3, 5, 7)
+    draft_model_ks: tuple[int, ...] = (3, 5, 7)
+
+
+# --------------------------------------------------------------------------- prompts
+def heldout_prompts(docs: list[Document], domain: str, n: int, tok: Tokenizer,
+                    prompt_tokens: int) -> list[list[int]]:
+    held = [d.text for d in docs if d.domain == domain and d.split == "heldout"]
+    if domain == "math":
+        return [tok.encode(t.split("\nAnswer:")[0] + "\nAnswer:") for t in held[:n]]
+    # Code and prose: windows of prompt_tokens at spread offsets, round robin over docs.
+    ids = [tok.encode(t) for t in held]
+    out, offset = [], 0
+    while len(out) < n and ids:
+        for seq in ids:
+            if len(out) < n and len(seq) >= offset + prompt_tokens + 16:
+                out.append(seq[offset:offset + prompt_tokens])
+        offset += 4 * prompt_tokens
+        if all(len(s) < offset + prompt_tokens + 16 for s in ids):
+            break
+    return out
+
+
+# --------------------------------------------------------------------------- perplexity
+@torch.no_grad()
+def perplexity(target: Qwen3Model, tok: Tokenizer, texts: list[str], max_tokens: int,
+               window: int) -> float | None:
+    ids: list[int] = []
+    for t in texts:
+        ids += tok.encode(t) + [tok.eos_token_id]
+        if len(ids) >= max_tokens:
+            break
+    ids = ids[:max_tokens]
+    if len(ids) < 2:
+        return None
+    dev = next(target.parameters()).device
+    nll, count = 0.0, 0
+    for s in range(0, len(ids) - 1, window):
+        chunk = torch.tensor(ids[s:s + window + 1], device=dev)[None]
+        logits = target(chunk[:, :-1]).logits.float()
+        nll += F.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
+        count += chunk.shape[1] - 1
+    return math.exp(nll / count)
+
+
+# --------------------------------------------------------------------------- acceptance
+@torch.no_grad()
+def simulate(target: Qwen3Model, prop: Proposer, prompts: list[list[int]], k: int,
+             max_new: int, eos_id: int) -> dict:
+    """Greedy speculative decoding of `prompts` (one slot each) with k drafts a step."""
+    dev = next(target.parameters()).device
+    dtype = next(target.parameters()).dtype
+    B = len(prompts)
+    max_len = max(len(p) for p in prompts) + max_new + k + 2
+    cache = target.new_cache(B, max_len, device=dev, dtype=dtype)
+    prop.allocate(B, max_len, device=dev, dtype=dtype)
+    layers = prop.target_layers
+    last = torch.zeros(B, dtype=torch.long, device=dev)
+    for b, p in enumerate(prompts):  # prefill each prompt: lengths are ragged
+        ids = torch.tensor(p, device=dev)[None]
+        pos = torch.arange(len(p), device=dev)[None]
+        out = target(ids, positions=pos, cache=cache, slots=torch.tensor([b], device=dev),
+                     kv_len=len(p), hidden_layers=layers, logits="last")
+        prop.observe(torch.tensor([b], device=dev), ids, pos, out.hidden)
+        last[b] = out.logits[0, -1].argmax()
+    ctx = torch.tensor([len(p) for p in prompts], device=dev)
+    outputs = [[int(last[b])] for b in range(B)]
+    active = [b for b in range(B) if outputs[b][-1] != eos_id]
+    steps, accepted, per_pos = 0, 0, torch.zeros(k, dtype=torch.long)
+    while active:
+        act = torch.tensor(active, device=dev)
+        drafts, _ = prop.propose(act, ctx[act], last[act], k)
+        chunk = torch.cat([last[act, None], drafts], 1)  # [b, k+1] verify
+        pos = ctx[act, None] + torch.arange(k + 1, device=dev)
+        out = target(chunk, positions=pos, cache=cache, slots=act, kv_len=int(pos.max()) + 1,
+                     hidden_layers=layers)
+        greedy = out.logits.argmax(-1)  # [b, k+1]: the target's token after each position
+        match = (drafts == greedy[:, :-1]).long().cumprod(1)  # leading accepted drafts
+        n = match.sum(1)
+        prop.observe(act, chunk, pos, out.hidden)
+        steps += len(active)
+        accepted += int(n.sum())
+        per_pos += match.sum(0).cpu()
+        bonus = greedy.gather(1, n[:, None])[:, 0]
+        ctx[act] += n + 1
+        last[act] = bonus
+        still = []
+        for i, b in enumerate(active):
+            new = drafts[i, :int(n[i])].tolist() + [int(bonus[i])]
+            outputs[b] += new
+            if eos_id in new:
+                outputs[b] = outputs[b][:len(outputs[b]) - len(new) + new.index(eos_id) + 1]
+            elif len(outputs[b]) < max_new:
+                still.append(b)
+        active = still
+    return {"k": k, "steps": steps, "accepted": accepted,
+            "tokens_per_step": 1 + accepted / max(steps, 1),
+            "per_position": (per_pos.double() / max(steps, 1)).tolist(),
+            "output_tokens": sum(len(o) for o in outputs),
+            "ended_at_eos": sum(o[-1] == eos_id for o in outputs) / B,
+            "repeated_4gram_share": pooled_repeated_ngram_share(outputs, 4),
+            "outputs": outputs}
+
+
+def acceptance_ks(prop: Proposer, spec: QualitySpec) -> tuple[int, ...]:
+    return {"dflash": spec.block_ks, "mtp": spec.mtp_ks,
+            "draft_model": spec.draft_model_ks}[prop.method]
+
+
+def evaluate(target: Qwen3Model, tok: Tokenizer, proposers: dict[str, Proposer],
+             docs: list[Document], spec: QualitySpec, log=print) -> dict:
+    """All figures: {"perplexity": {domain: ppl}, "acceptance": [rows]}."""
+    result: dict = {"perplexity": {}, "acceptance": [], "prompts": {}}
+    max_new = dict(spec.max_new)
+    domains = [d for d in DOMAINS if any(x.domain == d and x.split == "heldout" for x in docs)]
+    for dom in domains:
+        texts = [d.text for d in docs if d.domain == dom and d.split == "heldout"]
+        result["perplexity"][dom] = perplexity(target, tok, texts, spec.ppl_tokens, spec.ppl_window)
+        prompts = heldout_prompts(docs, dom, spec.prompts, tok, spec.prompt_tokens)
+        result["prompts"][dom] = len(prompts)
+        for name, prop in proposers.items():
+            for k in acceptance_ks(prop, spec):
+                r = simulate(target, prop, prompts, k, max_new[dom], tok.eos_token_id)
+                r.pop("outputs")
+                row = {"drafter": name, "method": prop.method, "domain": dom, **r,
+                       "beyond_training": prop.method == "dflash" and k > prop.block_size - 1}
+                result["acceptance"].append(row)
+                log(f"quality {dom:5s} {name:12s} k={k}: {r['tokens_per_step']:.2f} tokens/step,"
+                    f" repeated 4-grams {r['repeated_4gram_share'] or 0:.2f}")
+    return result
+
+
+# --------------------------------------------------------------------------- tables
+def _row(res: dict, drafter: str, domain: str, k: int) -> dict | None:
+    for r in res["acceptance"]:
+        if r["drafter"] == drafter and r["domain"] == domain and r["k"] == k:
+            return r
+    return None
+
+
+def markdown_tables(res: dict) -> str:
+    """Perplexity, tokens per step by drafter and k, and per-position acceptance."""
+    lines = ["| held-out domain | perplexity | prompts |", "| --- | --- | --- |"]
+    for dom, ppl in res["perplexity"].items():
+        lines.append(f"| {dom} | {ppl:.2f} | {res['prompts'].get(dom, 0)} |")
+    drafters = list(dict.fromkeys(r["drafter"] for r in res["acceptance"]))
+    for dom in res["perplexity"]:
+        lines += ["", f"**{dom}**: tokens per step (repeated 4-gram share of the outputs)", "",
+                  ("| drafter | k | tokens/step | acceptance at positions 1..k (%) |"
+                   " repeated 4-grams | ended at EOS |"),
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for name in drafters:
+            for r in res["acceptance"]:
+                if r["drafter"] != name or r["domain"] != dom:
+                    continue
+                pp = " / ".join(f"{100 * p:.0f}" for p in r["per_position"])
+                note = " (block extended past training)" if r.get("beyond_training") else ""
+                rep = r["repeated_4gram_share"]
+                lines.append(f"| {name} | {r['k']}{note} | {r['tokens_per_step']:.2f} | {pp} | "
+                             f"{'' if rep is None else f'{rep:.3f}'} | {r['ended_at_eos']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def headline(res: dict, block: str = "dflash", mtp: str = "mtp") -> dict:
+    """The issue's targets on held-out math: block at k=7 vs MTP at k=3."""
+    b, m = _row(res, block, "math", 7), _row(res, mtp, "math", 3)
+    if b is None or m is None:
+        return {}
+    return {"block_k7_tokens_per_step": b["tokens_per_step"],
+            "mtp_k3_tokens_per_step": m["tokens_per_step"],
+            "ratio": b["tokens_per_step"] / m["tokens_per_step"]}

@@ -1,0 +1,494 @@
+"""`specrepro train`: the whole embedded checkpoint from a seed.
+
+Design (the recipe is data: `RECIPES`; EMBEDDED_NOTES.md gives the reasons):
+1. corpus: read the built corpus file (`corpus.py`; built here if missing), check
+   its hash; a byte-level BPE is trained on its training split.
+2. target: Qwen3 architecture, random windows of the token stream (documents
+   joined by end-of-text), AdamW + cosine, bf16 autocast, `torch.compile` on CUDA;
+   about ten epochs (lesson 1: more memorises); the last part of the steps at a
+   longer sequence length so few-shot prompts of ~1k tokens sit inside training.
+3. self-distillation data: greedy continuations of random corpus windows by the
+   frozen target (lessons 2-3: many of them), batched with the slot KV cache.
+4. drafters: all trained together on the same batches; one frozen target pass per
+   batch gives the hidden states they read and the labels (the target's argmax).
+5. quality figures (`quality.py`) and the checkpoint with its model card.
+
+CUDA when present, else the CPU (smoke runs only). `--smoke` is a tiny recipe
+that runs end to end in well under a minute on a CPU. Imports torch, numpy,
+tokenizers, safetensors, jinja2, pyyaml only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from specrepro.embedded import quality
+from specrepro.embedded.checkpoint import save_checkpoint
+from specrepro.embedded.corpus import Document, build_corpus, read_corpus, write_corpus
+from specrepro.embedded.drafters import DrafterConfig, Proposer, build_proposer
+from specrepro.embedded.model import ModelConfig, Qwen3Model
+from specrepro.embedded.tokenizer import Tokenizer, train_bpe
+
+
+@dataclass
+class Recipe:
+    name: str
+    seed: int = 0
+    vocab_size: int = 4096
+    target: dict = field(default_factory=dict)  # ModelConfig fields
+    drafters: dict = field(default_factory=dict)  # name -> DrafterConfig fields
+    # target training
+    target_steps: int = 1300
+    batch_size: int = 32
+    seq_len: int = 1024
+    long_seq_len: int = 2048  # the last `long_frac` of steps, batch halved (same tokens)
+    long_frac: float = 0.2
+    lr: float = 2e-3
+    warmup: int = 60
+    weight_decay: float = 0.1
+    # self-distillation
+    n_continuations: int = 49152
+    prompt_len: int = 256
+    gen_len: int = 128
+    gen_batch: int = 4096
+    cont_mix: dict = field(default_factory=lambda: {"math": 0.5, "code": 0.3, "prose": 0.2})
+    drafter_steps: int = 8000  # at most; fewer when `time_budget_s` would be exceeded
+    drafter_batch: int = 64
+    drafter_lr: float = 2e-3
+    anchors: int = 24  # blocks per training sequence
+    # Wall-clock budget of the whole run (None: none). Drafter training stops early
+    # enough to leave `quality_reserve_s` for the quality figures and saving.
+    time_budget_s: float | None = None
+    quality_reserve_s: float = 150.0
+    # corpus (when built here) and quality figures
+    code_chars: int = 6_000_000
+    corpus_limit: int | None = None
+    quality: dict = field(default_factory=dict)  # QualitySpec fields
+
+
+TARGET = dict(vocab_size=4096, hidden_size=384, intermediate_size=1024, num_hidden_layers=6,
+              num_attention_heads=6, num_key_value_heads=2, head_dim=64,
+              max_position_embeddings=4096, rope_theta=10000.0)
+DRAFTERS = {
+    "mtp": dict(method="mtp", num_hidden_layers=1, intermediate_size=768),
+    "dflash": dict(method="dflash", num_hidden_layers=3, intermediate_size=768,
+                   target_layers=[1, 3, 5]),
+    "dflash_light": dict(method="dflash", num_hidden_layers=1, intermediate_size=768,
+                         target_layers=[1, 3, 5]),
+    "draft_model": dict(method="draft_model", draft=dict(
+        hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=64)),
+}
+RECIPES = {
+    "default": Recipe("default", target=TARGET, drafters=DRAFTERS),
+    "smoke": Recipe(
+        "smoke", vocab_size=512,
+        target=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    max_position_embeddings=4096),
+        drafters={
+            "mtp": dict(method="mtp", num_hidden_layers=1, intermediate_size=128),
+            "dflash": dict(method="dflash", num_hidden_layers=2, intermediate_size=128,
+                           target_layers=[0, 2, 3]),
+            "draft_model": dict(method="draft_model", draft=dict(
+                hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=16)),
+        },
+        target_steps=8, batch_size=8, seq_len=64, long_seq_len=128, warmup=3,
+        n_continuations=32, prompt_len=32, gen_len=16, gen_batch=32,
+        drafter_steps=8, drafter_batch=8, anchors=2, code_chars=60_000, corpus_limit=6,
+        quality=dict(prompts=2, prompt_tokens=32, max_new=(("math", 24), ("code", 16),
+                                                           ("prose", 16)),
+                     ppl_tokens=1024, ppl_window=256, block_ks=(1, 7, 9), mtp_ks=(3,),
+                     draft_model_ks=(3,))),
+}
+
+
+class Log:
+    """Progress lines to stderr, with the seconds since start."""
+
+    def __init__(self):
+        self.t0 = time.time()
+
+    def __call__(self, msg: str) -> None:
+        print(f"[{time.time() - self.t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    def elapsed(self) -> float:
+        return time.time() - self.t0
+
+
+# --------------------------------------------------------------------------- data
+def token_streams(docs: list[Document], tok: Tokenizer, device) -> dict[str, torch.Tensor]:
+    """Per domain, the training documents' ids joined by (and ending with) end-of-text."""
+    out = {}
+    for dom in ("math", "code", "prose"):
+        texts = [d.text for d in docs if d.domain == dom and d.split == "train"]
+        if not texts:
+            continue
+        ids = tok.encode_batch(texts)
+        flat = np.fromiter((t for seq in ids for t in (*seq, tok.eos_token_id)), dtype=np.int64)
+        out[dom] = torch.from_numpy(flat).to(device)
+    return out
+
+
+def windows(stream: torch.Tensor, n: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    """n random windows [n, length] of a token stream."""
+    starts = torch.randint(0, len(stream) - length, (n,), generator=gen, device="cpu")
+    return stream[(starts[:, None] + torch.arange(length)).to(stream.device)]
+
+
+def cosine_lr(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = (step - warmup) / max(1, total - warmup)
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def adamw(params, lr, weight_decay):
+    params = [p for p in params if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    rest = [p for p in params if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": rest, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), fused=torch.cuda.is_available())
+
+
+def maybe_compile(fn, enabled: bool, log: Log):
+    if not enabled:
+        return fn
+    compiled = torch.compile(fn, dynamic=False)
+    state = {"fn": compiled}
+
+    def call(*a, **kw):
+        try:
+            return state["fn"](*a, **kw)
+        except Exception as e:  # a compiler failure must not lose the run: fall back
+            if state["fn"] is fn:
+                raise
+            log(f"torch.compile failed ({type(e).__name__}: {str(e)[:200]}); running eager")
+            state["fn"] = fn
+            return fn(*a, **kw)
+
+    return call
+
+
+# --------------------------------------------------------------------------- target
+def train_target(r: Recipe, cfg: ModelConfig, streams, device, gen, log: Log, compile_: bool):
+    model = Qwen3Model(cfg).to(device)
+    model.init_weights(std=0.02)
+    opt = adamw(model.parameters(), r.lr, r.weight_decay)
+    stream = torch.cat(list(streams.values()))
+    amp = torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                         enabled=device.type == "cuda")
+
+    def loss_fn(x, y):
+        with amp:
+            logits = model(x).logits
+        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+    step_fn = maybe_compile(loss_fn, compile_, log)
+    long_from = int(r.target_steps * (1 - r.long_frac))
+    losses, t_start = [], time.time()
+    log(f"target: {cfg.num_parameters() / 1e6:.2f}M parameters, {len(stream):,} training tokens,"
+        f" {r.target_steps} steps")
+    for step in range(r.target_steps):
+        seq, bs = ((r.long_seq_len, r.batch_size // 2) if step >= long_from
+                   else (r.seq_len, r.batch_size))
+        w = windows(stream, bs, seq + 1, gen)
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(step, r.target_steps, r.lr, r.warmup)
+        loss = step_fn(w[:, :-1], w[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.detach())
+        if step % 100 == 0 or step == r.target_steps - 1:
+            log(f"target step {step}: loss {loss.item():.3f} (seq {seq})")
+    final = torch.stack(losses[-20:]).mean().item()
+    tokens = (long_from * r.batch_size * r.seq_len
+              + (r.target_steps - long_from) * (r.batch_size // 2) * r.long_seq_len)
+    stats = {"final_loss": final, "steps": r.target_steps, "wall_s": time.time() - t_start,
+             "tokens_seen": tokens, "epochs": tokens / len(stream)}
+    return model.eval(), stats
+
+
+# --------------------------------------------------------------------------- distillation data
+@torch.no_grad()
+def greedy_continuations(target: Qwen3Model, prompts: torch.Tensor, gen_len: int,
+                         batch: int) -> torch.Tensor:
+    """[N, P] prompts -> [N, P + gen_len]: prompts followed by the target's greedy tokens."""
+    dev = prompts.device
+    outs = []
+    amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    for s in range(0, len(prompts), batch):
+        p = prompts[s:s + batch]
+        n, P = p.shape
+        cache = target.new_cache(n, P + gen_len, device=dev, dtype=dtype)
+        slots = torch.arange(n, device=dev)
+        toks = []
+        with amp:
+            out = target(p, positions=torch.arange(P, device=dev).expand(n, P), cache=cache,
+                         slots=slots, kv_len=P, logits="last")
+            for t in range(gen_len):
+                toks.append(out.logits[:, -1].argmax(-1))
+                if t == gen_len - 1:
+                    break
+                pos = torch.full((n, 1), P + t, device=dev)
+                out = target(toks[-1][:, None], positions=pos, cache=cache, slots=slots,
+                             kv_len=P + t + 1, logits="last")
+        outs.append(torch.cat([p, torch.stack(toks, 1)], 1))
+        del cache
+    return torch.cat(outs)
+
+
+def distillation_data(target, streams, r: Recipe, gen, log: Log) -> torch.Tensor:
+    mix = {d: w for d, w in r.cont_mix.items() if d in streams}
+    total = sum(mix.values())
+    prompts = torch.cat([windows(streams[d], round(r.n_continuations * w / total), r.prompt_len, gen)
+                         for d, w in mix.items()])
+    t0 = time.time()
+    seqs = greedy_continuations(target, prompts, r.gen_len, r.gen_batch)
+    log(f"distillation data: {len(seqs):,} continuations of {r.gen_len} tokens after"
+        f" {r.prompt_len}-token windows in {time.time() - t0:.1f}s")
+    return seqs
+
+
+# --------------------------------------------------------------------------- drafters
+def train_drafters(target: Qwen3Model, seqs: torch.Tensor, r: Recipe, device, gen, log: Log,
+                   compile_: bool, deadline: float | None = None
+                   ) -> tuple[dict[str, Proposer], dict]:
+    target.requires_grad_(False)
+    props = {name: build_proposer(DrafterConfig.from_dict(d), target).to(device).train()
+             for name, d in r.drafters.items()}
+    L = target.config.num_hidden_layers
+    layers = sorted({i % L for p in props.values() for i in p.target_layers} | {L - 1})
+    params = [p for prop in props.values() for p in prop.parameters()]
+    opt = adamw(params, r.drafter_lr, 0.01)
+    amp = torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                         enabled=device.type == "cuda")
+    P, T = r.prompt_len, seqs.shape[1]
+    block = max((p.block_size for p in props.values() if p.method == "dflash"), default=2)
+
+    def losses_fn(seq, anchors):
+        with torch.no_grad(), amp:
+            out = target(seq, hidden_layers=layers)
+        labels = out.logits.argmax(-1)  # the target's greedy token for position i+1
+        hid = dict(zip(layers, out.hidden))
+        # MTP steps >= 2 and block drafts >= 2 must read greedy tokens: label only the
+        # continuation (anchors already start there).
+        cont_labels = labels.clone()
+        cont_labels[:, :P] = -100
+        res = {}
+        with amp:
+            for name, prop in props.items():
+                lab = labels if prop.method == "draft_model" else cont_labels
+                res[name] = prop.training_loss(seq, lab, [hid[i % L] for i in prop.target_layers],
+                                               anchors=anchors)
+        return res
+
+    step_fn = maybe_compile(losses_fn, compile_, log)
+    hist: dict[str, list] = {n: [] for n in props}
+    t_start = time.time()
+    sizes = ", ".join(f"{n} {sum(p.numel() for p in pr.parameters()) / 1e6:.2f}M"
+                      for n, pr in props.items())
+    log(f"drafters: {sizes}; up to {r.drafter_steps} steps of {r.drafter_batch} sequences")
+    total, probe = r.drafter_steps, (10, 40)  # steps between which the step rate is timed
+    step = 0
+    while step < total:
+        if deadline is not None and step in probe and device.type == "cuda":
+            torch.cuda.synchronize()
+        if deadline is not None and step == probe[0]:
+            t_probe = time.time()
+        if deadline is not None and step == probe[1]:
+            rate = (time.time() - t_probe) / (probe[1] - probe[0])
+            total = max(step + 1, min(total, step + int((deadline - time.time()) / rate)))
+            log(f"drafter steps: {rate * 1e3:.1f} ms each; {total} fit the time budget")
+        idx = torch.randint(0, len(seqs), (r.drafter_batch,), generator=gen).to(seqs.device)
+        anchors = torch.randint(P - 1, T - block + 2, (r.drafter_batch, r.anchors),
+                                generator=gen).to(seqs.device)
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(step, total, r.drafter_lr, r.warmup)
+        res = step_fn(seqs[idx], anchors)
+        loss = sum(v[0] for v in res.values())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        for n, v in res.items():
+            hist[n].append(v[0].detach())
+        if step % 500 == 0 or step == total - 1:
+            log(f"drafter step {step}: " + ", ".join(f"{n} {v[0].item():.3f}" for n, v in res.items()))
+        step += 1
+    stats = {"steps": total, "wall_s": time.time() - t_start,
+             "final_loss": {n: torch.stack(h[-20:]).mean().item() for n, h in hist.items()}}
+    return {n: p.eval() for n, p in props.items()}, stats
+
+
+# --------------------------------------------------------------------------- card
+def model_card(r: Recipe, argv, info: dict, q: dict, sizes: dict) -> str:
+    head = quality.headline(q)
+    lines = [
+        "# Embedded model: Qwen3-architecture target with MTP head, block drafters and draft model",
+        "",
+        f"Rebuilt by `specrepro train {' '.join(argv)}` (recipe `{r.name}`, seed {r.seed}).",
+        "",
+        "| item | value |", "| --- | --- |",
+        f"| hardware | {info['hardware']} |",
+        f"| torch / python | {torch.__version__} / {platform.python_version()} |",
+        f"| wall time | {info['wall_s']:.0f} s (target {info['target']['wall_s']:.0f} s,"
+        f" distillation data {info['distill_wall_s']:.0f} s, drafters"
+        f" {info['drafters']['wall_s']:.0f} s, quality {info['quality_wall_s']:.0f} s) |",
+        f"| corpus | `{info['corpus']['file']}` sha256 `{info['corpus']['sha256']}`, built with"
+        f" Python {info['corpus'].get('python', '?')} |",
+        "| corpus tokens (train) | " + ", ".join(f"{d} {n:,}" for d, n in info["stream_tokens"].items())
+        + " |",
+        f"| target | {info['target_params'] / 1e6:.2f}M parameters, {json.dumps(r.target)} |",
+        f"| target training | {r.target_steps} steps, batch {r.batch_size} x {r.seq_len}"
+        f" (last {r.long_frac:.0%} at {r.batch_size // 2} x {r.long_seq_len}), lr {r.lr},"
+        f" {info['target']['epochs']:.1f} epochs; final loss {info['target']['final_loss']:.3f} |",
+        f"| distillation | {r.n_continuations:,} greedy continuations of {r.gen_len} tokens after"
+        f" {r.prompt_len}-token corpus windows (mix {r.cont_mix}) |",
+        f"| drafter training | {r.drafter_steps} steps x {r.drafter_batch} sequences, lr"
+        f" {r.drafter_lr}, {r.anchors} blocks per sequence; final losses "
+        + ", ".join(f"{n} {v:.3f}" for n, v in info["drafters"]["final_loss"].items()) + " |",
+        "| sizes (bf16 safetensors) | " + ", ".join(f"{n} {b / 1e6:.2f} MB" for n, b in sizes.items())
+        + " |",
+        "",
+        "## Drafters", "",
+        "| name | method | config |", "| --- | --- | --- |",
+    ]
+    lines += [f"| {n} | {d['method']} | `{json.dumps(d)}` |" for n, d in r.drafters.items()]
+    lines += ["", "## Quality (greedy, generation stops at end of text)", ""]
+    if head:
+        lines += [f"Held-out GSM8K: block drafter at 7 drafts {head['block_k7_tokens_per_step']:.2f}"
+                  f" tokens per step, MTP head at 3 drafts {head['mtp_k3_tokens_per_step']:.2f}"
+                  f" (ratio {head['ratio']:.2f}; targets >= 3.5 and >= 1.3).", ""]
+    lines.append(quality.markdown_tables(q))
+    return "\n".join(lines)
+
+
+def dir_sizes(out: Path) -> dict[str, int]:
+    sizes = {"target": (out / "model.safetensors").stat().st_size}
+    for sub in sorted(p for p in out.iterdir() if p.is_dir()):
+        sizes[sub.name] = sum(f.stat().st_size for f in sub.iterdir() if f.is_file())
+    sizes["all files"] = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    return sizes
+
+
+# --------------------------------------------------------------------------- main
+def load_or_build_corpus(path: Path | None, r: Recipe, log: Log):
+    if path is not None and path.is_file():
+        return read_corpus(path)
+    try:
+        docs = build_corpus(code_chars=r.code_chars, limit=r.corpus_limit)
+    except Exception as e:
+        if r.name != "smoke":
+            raise
+        # Smoke runs must work without the datasets: code only.
+        log(f"corpus: datasets unavailable ({type(e).__name__}); smoke corpus is code only")
+        from specrepro.embedded.corpus import code_documents
+        docs = code_documents(r.code_chars)
+    path = path or Path("build/corpus") / f"corpus-{r.name}.jsonl"
+    write_corpus(docs, path)
+    return read_corpus(path)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="specrepro train", description=__doc__.split("\n")[0])
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="default")
+    ap.add_argument("--smoke", action="store_true", help="the tiny recipe (CPU, seconds)")
+    ap.add_argument("--corpus", type=Path, default=None,
+                    help="corpus file (corpus.py); built (and written) when missing")
+    ap.add_argument("--out", type=Path, default=Path("models/embedded"))
+    ap.add_argument("--quality-json", type=Path, default=None, help="default: OUT/quality.json")
+    ap.add_argument("--device", default=None, help="default: cuda when present, else cpu")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                    help="override a recipe field, e.g. --set target_steps=2000")
+    return ap.parse_args(argv)
+
+
+def resolve_recipe(args) -> Recipe:
+    r = RECIPES["smoke" if args.smoke else args.recipe]
+    for item in args.set:
+        key, _, val = item.partition("=")
+        if key not in Recipe.__dataclass_fields__:
+            raise SystemExit(f"--set {item!r}: unknown recipe field {key!r}")
+        r = replace(r, **{key: json.loads(val)})
+    if args.seed is not None:
+        r = replace(r, seed=args.seed)
+    return r
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    r = resolve_recipe(args)
+    log = Log()
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    compile_ = device.type == "cuda" and not args.no_compile
+    torch.manual_seed(r.seed)
+    gen = torch.Generator().manual_seed(r.seed)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    hardware = (torch.cuda.get_device_name(device) if device.type == "cuda"
+                else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
+    log(f"recipe {r.name}, seed {r.seed}, device {hardware}, compile {compile_}")
+
+    docs, manifest = load_or_build_corpus(args.corpus, r, log)
+    tok = train_bpe([d.text for d in docs if d.split == "train"], r.vocab_size)
+    log(f"tokenizer: {tok.vocab_size} tokens; corpus sha256 {manifest['sha256'][:16]}…")
+    streams = token_streams(docs, tok, device)
+    cfg = ModelConfig.from_dict({**r.target, "vocab_size": tok.vocab_size,
+                                 "eos_token_id": tok.eos_token_id})
+    target, tstats = train_target(r, cfg, streams, device, gen, log, compile_)
+    t0 = time.time()
+    seqs = distillation_data(target, streams, r, gen, log)
+    distill_s = time.time() - t0
+    deadline = (None if r.time_budget_s is None
+                else log.t0 + r.time_budget_s - r.quality_reserve_s)
+    props, dstats = train_drafters(target, seqs, r, device, gen, log, compile_, deadline)
+    del seqs
+    out = args.out
+    # Save before the quality figures, so a run cut short still leaves a checkpoint.
+    save_checkpoint(out, target.cpu(), tok, {n: p.cpu() for n, p in props.items()})
+    log(f"checkpoint saved in {out}")
+
+    t0 = time.time()
+    target_fp32 = target.to(device).float()
+    props = {n: p.to(device).float() for n, p in props.items()}
+    q = quality.evaluate(target_fp32, tok, props, docs, quality.QualitySpec(**r.quality), log)
+    quality_s = time.time() - t0
+
+    info = {"hardware": hardware, "wall_s": log.elapsed(), "target": tstats, "drafters": dstats,
+            "distill_wall_s": distill_s, "quality_wall_s": quality_s, "corpus": manifest,
+            "target_params": cfg.num_parameters(),
+            "stream_tokens": {d: len(s) for d, s in streams.items()}}
+    sizes = dir_sizes(out)
+    info["wall_s"] = log.elapsed()
+    card = model_card(r, argv, info, q, sizes)
+    (out / "MODEL_CARD.md").write_text(card)
+    report = {"recipe": asdict(r), "info": info, "sizes": sizes, "quality": q,
+              "headline": quality.headline(q)}
+    qpath = args.quality_json or out / "quality.json"
+    qpath.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    log(f"checkpoint in {out} ({sizes['all files'] / 1e6:.2f} MB); headline {report['headline']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
