@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import inspect
 import json
 import logging
 import queue
@@ -254,8 +253,6 @@ class Server:
         self.max_model_len, self.spec_tokens = max_model_len, spec_tokens
         self.default_chat_template_kwargs = default_chat_template_kwargs or {}
         self.tokenizer = engine.tokenizer
-        params = inspect.signature(self.tokenizer.apply_chat_template).parameters
-        self._template_takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
         self.metrics = ServerMetrics(engine, model_name, _cache_info(engine, max_model_len))
         self.loop_thread = EngineLoop(engine, self.metrics)
         self.created = int(time.time())
@@ -345,7 +342,7 @@ class Server:
 
     def _prompt_ids(self, req: GenerationRequest) -> list[int]:
         if req.kind == "chat":
-            kwargs = req.chat_template_kwargs if self._template_takes_kwargs else {}
+            kwargs = req.chat_template_kwargs
             try:
                 return list(self.tokenizer.apply_chat_template(
                     req.messages, add_generation_prompt=req.add_generation_prompt,
