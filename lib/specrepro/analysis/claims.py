@@ -1,0 +1,91 @@
+"""What each notebook compares against the articles: `claims.yaml`, loaded and checked.
+
+Design:
+- One entry per notebook: its title, the article's claim in a sentence, the map from the
+  study's arm names to published arm ids (and workloads to published workloads), which of
+  two published values to compare where an article prints two, and the article claims the
+  embedded engine cannot test (DESIGN.md) with the reason.
+- Data, not code: a suite that renames arms adds its names to `arms` here; nothing in the
+  notebooks or the table functions names a published arm.
+- Every published arm id is checked against `published/arms.csv` on load, so a typo fails
+  here, naming the notebook and the id.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from importlib import resources
+
+import yaml
+
+from specrepro.published import load_arms
+
+
+class ClaimsError(ValueError):
+    """claims.yaml names something that does not exist; the message says where."""
+
+
+@dataclass(frozen=True)
+class Untestable:
+    claim: str
+    why: str
+    unless: str | None = None  # "power": testable where the cells carry measured watts
+
+
+@dataclass(frozen=True)
+class Preference:
+    """Where two published values exist, compare against the one whose source contains this."""
+
+    arm: str
+    metric: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Claims:
+    notebook_id: str
+    title: str
+    article: str
+    claim: str
+    arms: dict[str, str] = field(default_factory=dict)  # study arm -> published arm id
+    workloads: dict[str, str] = field(default_factory=dict)  # study workload -> published
+    prefer: tuple[Preference, ...] = ()
+    cannot_test: tuple[Untestable, ...] = ()
+
+    def published_workload(self, workload: str) -> str:
+        return self.workloads.get(workload, workload)
+
+
+@functools.cache
+def all_claims() -> dict[str, Claims]:
+    raw = yaml.safe_load(resources.files(__package__).joinpath("claims.yaml").read_text())
+    known = set(load_arms()["arm"].to_list())
+    out = {}
+    for nb, entry in raw.items():
+        for study_arm, pub in entry.get("arms", {}).items():
+            if pub not in known:
+                raise ClaimsError(
+                    f"claims.yaml: {nb}.arms.{study_arm}: published arm {pub!r} is not in "
+                    "published/arms.csv"
+                )
+        out[nb] = Claims(
+            notebook_id=nb,
+            title=entry["title"],
+            article=entry["article"],
+            claim=" ".join(entry["claim"].split()),
+            arms=dict(entry.get("arms", {})),
+            workloads=dict(entry.get("workloads", {})),
+            prefer=tuple(Preference(**p) for p in entry.get("prefer", [])),
+            cannot_test=tuple(Untestable(**u) for u in entry.get("cannot_test", [])),
+        )
+    return out
+
+
+def claims_for(notebook_id: str) -> Claims:
+    claims = all_claims()
+    if notebook_id not in claims:
+        raise ClaimsError(
+            f"claims.yaml: no entry for notebook {notebook_id!r}; it has {sorted(claims)}"
+        )
+    return claims[notebook_id]

@@ -1,0 +1,136 @@
+"""The notebook runner: check parameters, execute with papermill, render HTML.
+
+Design:
+- Before anything runs, two checks fail on strangers (papermill only warns about unknown
+  parameters): the parameters passed must be ones the notebook declares in its cell tagged
+  `parameters` (`papermill.inspect_notebook` + `params.check_notebook_params`), and the
+  params file must load and resolve this notebook's study with the overrides
+  (`params.load_suite` / `resolve_study`: an unknown key names file and key).
+- Execution: papermill with the `python3` kernel, which jupyter_client runs with this very
+  interpreter (the venv's), in the project root; the executed notebook goes to
+  `<reports_dir>/<nb>.ipynb` (written even when a cell fails, for the traceback), and
+  nbconvert renders `<reports_dir>/<nb>.html` with its images embedded.
+- `python -m specrepro.analysis.notebooks run NB... --params FILE` is what the Makefile
+  calls; `index` rebuilds `<reports_dir>/index.html` (report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import papermill
+from nbconvert import HTMLExporter
+
+from specrepro.analysis.finding import MODES, project_root, study_for
+from specrepro.params import NOTEBOOK_IDS, ParamsError, check_notebook_params
+
+KERNEL = "python3"
+
+
+def notebook_path(notebook_id: str, notebooks_dir: str | Path = "notebooks") -> Path:
+    path = Path(notebooks_dir) / f"{notebook_id}.ipynb"
+    if not path.is_file():
+        raise FileNotFoundError(f"no notebook {notebook_id!r} at {path}; expected one of "
+                                f"{', '.join(NOTEBOOK_IDS)}")
+    return path
+
+
+def check_parameters(path: Path, parameters: dict[str, Any]) -> None:
+    """Fail on a parameter the notebook does not declare, naming it."""
+    declared = papermill.inspect_notebook(str(path))
+    check_notebook_params(parameters, declared, where=f"{path}: parameters")
+
+
+def check(notebook_id: str, parameters: dict[str, Any], notebooks_dir: str | Path = "notebooks"
+          ) -> Path:
+    """Every check that must pass before a notebook runs; returns the notebook's path."""
+    path = notebook_path(notebook_id, notebooks_dir)
+    check_parameters(path, parameters)
+    mode = parameters.get("mode", "auto")
+    if mode not in MODES:
+        raise ParamsError(f"{path}: parameter 'mode': expected one of {MODES}, found {mode!r}")
+    study_for(parameters["params_file"], notebook_id, parameters.get("overrides") or None)
+    return path
+
+
+def to_html(executed: Path) -> Path:
+    """Render an executed notebook to HTML beside it, images embedded."""
+    nb = nbformat.read(executed, as_version=4)
+    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    body, _ = exporter.from_notebook_node(nb)
+    out = executed.with_suffix(".html")
+    out.write_text(body, encoding="utf-8")
+    return out
+
+
+def run_notebook(notebook_id: str, params_file: str | Path, *, mode: str = "auto",
+                 results_dir: str | Path | None = None, overrides: dict | None = None,
+                 figures_dir: str | Path = "figures", reports_dir: str | Path = "reports",
+                 notebooks_dir: str | Path | None = None) -> Path:
+    """Check, execute and render one notebook; returns the HTML report's path."""
+    root = project_root()
+    notebooks_dir = Path(notebooks_dir) if notebooks_dir else root / "notebooks"
+    parameters = {"params_file": str(params_file), "notebook_id": notebook_id, "mode": mode,
+                  "results_dir": None if results_dir is None else str(results_dir),
+                  "overrides": overrides or {}, "figures_dir": str(figures_dir)}
+    path = check(notebook_id, parameters, notebooks_dir)
+    reports = Path(reports_dir)
+    reports.mkdir(parents=True, exist_ok=True)
+    executed = reports / f"{notebook_id}.ipynb"
+    start = time.monotonic()
+    try:
+        papermill.execute_notebook(str(path), str(executed), parameters=parameters,
+                                   kernel_name=KERNEL, cwd=str(root), progress_bar=False,
+                                   report_mode=False)
+    finally:
+        if executed.is_file():
+            to_html(executed)
+    print(f"{notebook_id}: executed in {time.monotonic() - start:.0f} s -> "
+          f"{executed.with_suffix('.html')}")
+    return executed.with_suffix(".html")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specrepro.analysis.notebooks",
+                                 description="execute notebooks with papermill, render HTML")
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="check, execute and render notebooks")
+    run.add_argument("notebooks", nargs="+", help="notebook ids, e.g. 01_drafter_block_sweep")
+    run.add_argument("--params", required=True, help="a suite, e.g. params/default.yaml")
+    run.add_argument("--mode", default="auto", choices=MODES)
+    run.add_argument("--results-dir", default=None)
+    run.add_argument("--overrides", default=None, help="JSON merged into the study")
+    run.add_argument("--figures-dir", default="figures")
+    run.add_argument("--reports-dir", default="reports")
+    idx = sub.add_parser("index", help="write <reports-dir>/index.html")
+    idx.add_argument("--reports-dir", default="reports")
+    args = ap.parse_args(argv)
+    if args.command == "index":
+        from specrepro.analysis.report import write_index
+
+        print(write_index(Path(args.reports_dir)))
+        return 0
+    overrides = json.loads(args.overrides) if args.overrides else None
+    for nb in args.notebooks:
+        try:
+            run_notebook(nb, args.params, mode=args.mode, results_dir=args.results_dir,
+                         overrides=overrides, figures_dir=args.figures_dir,
+                         reports_dir=args.reports_dir)
+        except (ParamsError, FileNotFoundError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        except papermill.PapermillExecutionError as err:
+            print(f"error: {nb} failed in cell {err.exec_count}: {err.ename}: {err.evalue}\n"
+                  f"  see {Path(args.reports_dir) / (nb + '.html')}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The notebooks as committed (thin, no outputs, a parameters cell) and the runner's checks
+that fail before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+import yaml
+
+from specrepro.analysis import notebooks
+from specrepro.params import NOTEBOOK_IDS, ParamsError
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMETERS = {"params_file", "notebook_id", "mode", "results_dir", "overrides", "figures_dir"}
+
+
+@pytest.mark.parametrize("nb", NOTEBOOK_IDS)
+def test_notebook_is_committed_thin_and_without_outputs(nb):
+    path = ROOT / "notebooks" / f"{nb}.ipynb"
+    book = nbformat.read(path, as_version=4)
+    nbformat.validate(book)
+    tagged = [c for c in book.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    assert set(papermill.inspect_notebook(str(path))) == PARAMETERS
+    assert f'notebook_id = "{nb}"' in tagged[0].source
+    for cell in book.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{nb}: strip outputs"
+            assert "def " not in cell.source and "import " not in cell.source.replace(
+                "from specrepro import analysis as sa", ""), f"{nb}: logic belongs in the package"
+    sources = "\n".join(c.source for c in book.cells)
+    for call in ("sa.load_finding", "sa.show_header", "sa.overlay", "sa.show_figure",
+                 "sa.show_verdict"):
+        assert call in sources, f"{nb} lacks {call}"
+
+
+def test_an_unknown_notebook_parameter_fails_before_anything_runs():
+    with pytest.raises(ParamsError, match="figure_dir.*did you mean 'figures_dir'"):
+        notebooks.check("07_the_bill", {"params_file": str(ROOT / "params" / "smoke.yaml"),
+                                        "figure_dir": "x"})
+
+
+def portable_smoke(tmp_path: Path, **changes) -> Path:
+    """params/smoke.yaml copied to tmp_path with its relative paths made absolute."""
+    suite = yaml.safe_load((ROOT / "params" / "smoke.yaml").read_text())
+    for binding in suite["notebooks"].values():
+        binding["study"] = str(ROOT / "params" / binding["study"])
+    suite["profiles"] = str(ROOT / "params" / "profiles")
+    suite["results_dir"] = str(tmp_path / "results")
+    suite.update(changes)
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def test_a_params_file_with_an_unknown_key_fails_before_anything_runs(tmp_path):
+    bad = portable_smoke(tmp_path)
+    suite = yaml.safe_load(bad.read_text())
+    suite["notebooks"]["07_the_bill"]["overrides"]["concurrencies"] = [1]
+    bad.write_text(yaml.safe_dump(suite))
+    reports = tmp_path / "reports"
+    with pytest.raises(ParamsError, match="concurrencies"):
+        notebooks.run_notebook("07_the_bill", bad, reports_dir=reports,
+                               figures_dir=tmp_path / "f")
+    assert not reports.exists() and not (tmp_path / "results").exists()
+    code = notebooks.main(["run", "07_the_bill", "--params", str(bad), "--reports-dir",
+                           str(reports)])
+    assert code == 2 and not reports.exists()
+
+
+def test_an_unknown_top_level_key_and_a_bad_mode_fail_too(tmp_path):
+    bad = portable_smoke(tmp_path, result_dir="x")
+    with pytest.raises(ParamsError, match="result_dir"):
+        notebooks.run_notebook("07_the_bill", bad, reports_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ParamsError, match="mode"):
+        notebooks.check("07_the_bill", {"params_file": str(ROOT / "params" / "smoke.yaml"),
+                                        "mode": "measure"})
