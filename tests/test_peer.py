@@ -64,3 +64,15 @@ def test_draft_model_found_in_the_checkpoint(tiny_checkpoint, tmp_path):
     assert draft_model_dir(tiny_checkpoint, tmp_path) == tiny_checkpoint / "draft_model"
     with pytest.raises(PeerError, match="Hugging Face causal LM"):
         draft_model_dir(tmp_path, tmp_path)
+
+
+def test_stop_strings_work_in_plain_and_assisted_generation(tiny_checkpoint):
+    # GSM8K prompts carry lm-eval's stop strings; assisted generation used to reject them.
+    prompts = [Prompt(id="s0", workload="gsm8k", max_tokens=24, text="Question: 2+2?\nAnswer:",
+                      stop=["Question:", "\n\n"])]
+    cfg = LoadConfig(url="inprocess", model="tiny", seed=1, warmup=0)
+    for k in (None, 3):
+        res = TransformersPeer(profile(tiny_checkpoint, k=k)).load().run(prompts, cfg)
+        r = res.records[0]
+        assert r.error is None, r.error
+        assert "Question:" not in r.text and "\n\n" not in r.text

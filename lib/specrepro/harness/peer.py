@@ -186,7 +186,13 @@ class TransformersPeer:
         if cfg.ignore_eos:
             kw["min_new_tokens"] = prompt.max_tokens  # EOS suppressed until the cap
         if prompt.stop:
-            kw.update(stop_strings=list(prompt.stop), tokenizer=self.tokenizer)
+            # A stopping criterion, not `stop_strings`: assisted generation copies the
+            # generation config into the assistant's own generate call without the
+            # tokenizer, which `stop_strings` needs (transformers raises there).
+            from transformers import StopStringCriteria, StoppingCriteriaList
+
+            kw["stopping_criteria"] = StoppingCriteriaList(
+                [StopStringCriteria(self.tokenizer, list(prompt.stop))])
         if self.assistant is not None:
             kw.update(assistant_model=self.assistant, num_assistant_tokens=self.k,
                       num_assistant_tokens_schedule="constant")
