@@ -325,6 +325,21 @@ def _group_alive(pgid: int) -> bool:
 # ---------------------------------------------------------------------------- adapters
 
 
+def model_flags(profile: Profile, tp_flag: str, dp_flag: str) -> list[str]:
+    """Revision, served name, address and the engine's own parallelism flags."""
+    argv = []
+    if profile.model.revision:
+        argv += ["--revision", profile.model.revision]
+    if profile.model.served_name:
+        argv += ["--served-model-name", profile.model.served_name]
+    argv += ["--host", profile.host, "--port", str(profile.port)]
+    if profile.parallel.tensor_parallel_size > 1:
+        argv += [tp_flag, str(profile.parallel.tensor_parallel_size)]
+    if profile.parallel.data_parallel_size > 1:
+        argv += [dp_flag, str(profile.parallel.data_parallel_size)]
+    return argv
+
+
 class EngineAdapter:
     """What every engine adapter offers; subclasses fill in the engine's own facts."""
 
@@ -445,17 +460,7 @@ class VLLMAdapter(EngineAdapter):
         return argv
 
     def model_flags(self, profile: Profile) -> list[str]:
-        argv = []
-        if profile.model.revision:
-            argv += ["--revision", profile.model.revision]
-        if profile.model.served_name:
-            argv += ["--served-model-name", profile.model.served_name]
-        argv += ["--host", profile.host, "--port", str(profile.port)]
-        if profile.parallel.tensor_parallel_size > 1:
-            argv += ["--tensor-parallel-size", str(profile.parallel.tensor_parallel_size)]
-        if profile.parallel.data_parallel_size > 1:
-            argv += ["--data-parallel-size", str(profile.parallel.data_parallel_size)]
-        return argv
+        return model_flags(profile, "--tensor-parallel-size", "--data-parallel-size")
 
     def speculative_config(self, profile: Profile, accepted: dict, check: FlagCheck) -> dict:
         """The `--speculative-config` JSON: the profile's keys, the drafter as model/revision."""
@@ -568,15 +573,7 @@ class SGLangAdapter(EngineAdapter):
         accepted = engine_cli(self.cli)
         check = FlagCheck(profile_file(profile, source), self.what)
         argv = [*self.command(profile), "--model-path", profile.model.id]
-        if profile.model.revision:
-            argv += ["--revision", profile.model.revision]
-        if profile.model.served_name:
-            argv += ["--served-model-name", profile.model.served_name]
-        argv += ["--host", profile.host, "--port", str(profile.port)]
-        if profile.parallel.tensor_parallel_size > 1:
-            argv += ["--tp-size", str(profile.parallel.tensor_parallel_size)]
-        if profile.parallel.data_parallel_size > 1:
-            argv += ["--dp-size", str(profile.parallel.data_parallel_size)]
+        argv += model_flags(profile, "--tp-size", "--dp-size")
         if profile.speculative is not None:
             argv += self.speculative_flags(profile, accepted, check)
         argv.append("--enable-metrics")  # off by default; /metrics needs it
