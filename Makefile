@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PARAMS ?= params/default.yaml
 export SPECREPRO_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: all test venv clean-venv nb html report FORCE
+.PHONY: all test venv clean-venv nb html report models FORCE
 
 # The venv is rebuilt when the project's dependencies change, not when the
 # package's code does (it is installed editable).
@@ -67,6 +67,15 @@ nb: $(STAMP)
 # Re-render the index from the executed notebooks already in $(REPORTS).
 html report: $(STAMP)
 	$(PY) -m specrepro.cli report --reports-dir $(REPORTS)
+
+# Rebuild the embedded checkpoint (models/embedded) from a seed: corpus, tokenizer, target,
+# drafters and the model card's quality figures. The real recipe wants a GPU (462 s on an
+# H200); on a CPU use `$(PY) -m specrepro.embedded.train --smoke`. Never a prerequisite of
+# `all`: editing the package must not retrain the model.
+models: $(STAMP)
+	$(PY) -m specrepro.embedded.corpus --out build/corpus/corpus.jsonl
+	$(PY) -m specrepro.embedded.train --corpus build/corpus/corpus.jsonl --out models/embedded \
+		--set time_budget_s=540
 
 FORCE:
 
