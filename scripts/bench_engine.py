@@ -9,7 +9,11 @@ Prints a table per section and ends with one JSON line. Not a test: figures, no 
 Sections:
 - one stream: autoregressive tok/s; per method (mtp, dflash, draft_model, ngram) and draft
   length k: tokens per step (1 + accepted / drafts), tok/s, speedup over autoregressive
-  (measured before and after the methods; their mean is the baseline, their spread the noise)
+  (each prompt paired with the autoregressive engine right before it), and `same`, the share
+  of prompts whose greedy output equals the autoregressive one (1.00 but for near-ties)
+- warm-up: every engine captures its CUDA graphs when it is built, and each configuration
+  runs all prompts for a few tokens before it is timed, so no timed region captures a graph
+  or meets a shape for the first time
 - engine overhead: wall time of the engine's steps / time inside the forward passes it ran
 - streams: aggregate tok/s at 1, 2, 4, 8, 16 concurrent requests, autoregressive and the
   best method of the one-stream section
@@ -27,6 +31,7 @@ import json
 import statistics
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -58,6 +63,10 @@ def parse_args(argv=None):
     ap.add_argument("--streams", default="1,2,4,8,16")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
                     help="torch.compile the target forward (CPU)")
+    ap.add_argument("--compile-best", action="store_true",
+                    help="last: the best method and its autoregressive baseline again with "
+                         "compile=True (the decode program through torch.compile, then "
+                         "captured), paired; a failure is reported, not raised")
     ap.add_argument("--transformers", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--hf-assistant-k", type=int, default=5)
     return ap.parse_args(argv)
@@ -79,6 +88,8 @@ class Bench:
         self.proposers = {}
         self.drafters = list_drafters(args.model)  # {name: method}
         self.max_len = max(len(p) for p in self.prompts) + args.max_tokens + 16
+        self.ar_outputs: list[list[int]] | None = None  # greedy reference, per prompt
+        self.warmed = weakref.WeakKeyDictionary()  # engine -> batch sizes warmed up
 
     def proposer(self, name):
         """A drafter of the checkpoint by its name in drafters.json (e.g. dflash_light)."""
@@ -89,57 +100,79 @@ class Bench:
                                                  self.model, name=name)
         return self.proposers[name]
 
-    def engine(self, name="none", k=0, max_num_seqs=1, profile=None):
+    def engine(self, name="none", k=0, max_num_seqs=1, profile=None, compile=None):
         method = self.drafters.get(name, name)
         spec = None if method == "none" else {"method": method, "num_speculative_tokens": k,
                                               "prompt_lookup_min": 2, "prompt_lookup_max": 5}
         cfg = EngineConfig(device=self.device, dtype=self.dtype,
                            quantization=self.args.quantization, max_num_seqs=max_num_seqs,
                            max_model_len=self.max_len, max_num_batched_tokens=512,
-                           speculative=spec, compile=self.args.compile,
+                           speculative=spec,
+                           compile=self.args.compile if compile is None else compile,
                            profile=(self.device == "cpu") if profile is None else profile)
-        return LLMEngine(cfg, model=self.model, tokenizer=self.tok,
-                         proposer=self.proposer(name))
+        eng = LLMEngine(cfg, model=self.model, tokenizer=self.tok, proposer=self.proposer(name))
+        if eng.graph_failures:
+            print(f"# {name} k={k}: {len(eng.graph_failures)} CUDA graph capture(s) fell back",
+                  flush=True)
+        return eng
 
     def sync(self):
         if self.device == "cuda":
             torch.cuda.synchronize()
 
-    def _timed_generate(self, eng, prompt) -> tuple[int, float]:
+    def _timed_generate(self, eng, prompt) -> tuple[list[int], float]:
         self.sync()
         t = time.perf_counter()
-        n = len(eng.generate([prompt], GREEDY, self.args.max_tokens, ignore_eos=True)[0])
+        out = eng.generate([prompt], GREEDY, self.args.max_tokens, ignore_eos=True)[0]
         self.sync()
-        return n, time.perf_counter() - t
+        return out, time.perf_counter() - t
+
+    def warm_up(self, eng, prompts) -> None:
+        """Every prompt (prefill shapes) and a few decode steps, untimed, once per engine and
+        batch size."""
+        warmed = self.warmed.setdefault(eng, set())
+        if len(prompts) in warmed:
+            return
+        warmed.add(len(prompts))
+        for i in range(0, len(prompts), eng.config.max_num_seqs):
+            eng.generate(prompts[i:i + eng.config.max_num_seqs], GREEDY, 8, ignore_eos=True)
+        self.sync()
 
     def one_stream(self, eng, baseline=None) -> dict:
         """Each prompt alone, in turn; tok/s over all of them. With a baseline engine, each
         prompt runs on the baseline right before, and the speedup is the ratio of the paired
         times (a shared, noisy machine drifts between configurations, not within a pair)."""
         for e in (eng, baseline):
-            if e is not None:  # warm-up (compile, graphs)
-                e.generate(self.prompts[:1], GREEDY, 16, ignore_eos=True)
+            if e is not None:
+                self.warm_up(e, self.prompts)
         s0 = _snapshot(eng.stats)
         n = wall = base_wall = 0.0
+        outputs = []
         for p in self.prompts:
             if baseline is not None:
                 base_wall += self._timed_generate(baseline, p)[1]
-            dn, dt = self._timed_generate(eng, p)
-            n, wall = n + dn, wall + dt
+            out, dt = self._timed_generate(eng, p)
+            outputs.append(out)
+            n, wall = n + len(out), wall + dt
         d = _delta(eng.stats, s0)
+        if self.ar_outputs is None:
+            self.ar_outputs = outputs  # the first measurement is the autoregressive one
         out = {"tok_s": n / wall, "tokens": int(n), "wall_s": wall,
                "tokens_per_step": n / max(d["num_spec_steps"], 1),
                "acceptance_length": 1 + d["num_accepted_tokens"] / max(d["num_drafts"], 1),
                "step_ms": 1e3 * d["step_s"] / max(d["num_steps"], 1),
-               "overhead_ratio": d["step_s"] / d["forward_s"] if d["forward_s"] else None}
+               "overhead_ratio": d["step_s"] / d["forward_s"] if d["forward_s"] else None,
+               "same_as_ar": sum(a == b for a, b in zip(outputs, self.ar_outputs))
+               / len(outputs),
+               "graph_failures": len(eng.graph_failures)}
         if baseline is not None:
             out.update(baseline_tok_s=n / base_wall, speedup=base_wall / wall)
         return out
 
     def streams(self, eng, n_streams: int) -> float:
         """n_streams requests at once (closed loop, one wave); aggregate tok/s."""
-        eng.generate(self.prompts[:1], GREEDY, 8, ignore_eos=True)
         prompts = [self.prompts[i % len(self.prompts)] for i in range(n_streams)]
+        self.warm_up(eng, prompts)
         self.sync()
         t = time.perf_counter()
         out = eng.generate(prompts, GREEDY, self.args.max_tokens, ignore_eos=True)
@@ -180,7 +213,9 @@ class Bench:
             return n, time.perf_counter() - t
 
         for name in arms:  # warm-up
-            ours[name].generate([self.prompts[0]], GREEDY, 8) if name.startswith("ours") else \
+            if name.startswith("ours"):
+                self.warm_up(ours[name], self.prompts)
+            else:
                 run(name, self.prompts[0][:8])
         tokens, wall = dict.fromkeys(arms, 0), dict.fromkeys(arms, 0.0)
         for p in self.prompts:
@@ -196,6 +231,24 @@ class Bench:
             res["ours_draft_model_over_hf_assisted"] = (res["ours_draft_model_tok_s"] /
                                                         res["hf_assisted_tok_s"])
         return res
+
+
+def compiled_best(b: Bench, best: dict) -> dict:
+    """The best configuration and its autoregressive baseline with compile=True, paired."""
+    try:
+        t = time.perf_counter()
+        ar = b.engine(compile=True)
+        eng = b.engine(best["method"], best["k"], compile=True)
+        build_s = time.perf_counter() - t
+        r = b.one_stream(eng, baseline=ar)
+    except Exception as e:  # noqa: BLE001 — report, keep the run's other figures
+        print(f"\ncompiled best: failed: {type(e).__name__}: {e}", flush=True)
+        return {"error": f"{type(e).__name__}: {e}"}
+    print(f"\ncompiled ({build_s:.0f} s to build and capture): {best['method']} k={best['k']} "
+          f"{r['tok_s']:.1f} tok/s vs compiled autoregressive {r['baseline_tok_s']:.1f} "
+          f"({r['speedup']:.2f}x), {r['tokens_per_step']:.2f} tok/step, same as eager AR "
+          f"{r['same_as_ar']:.2f}, step {r['step_ms']:.2f} ms", flush=True)
+    return {"method": best["method"], "k": best["k"], "build_s": build_s, **r}
 
 
 def _snapshot(stats) -> dict:
@@ -217,21 +270,24 @@ def main(argv=None) -> dict:
     b = Bench(args)
     print(f"# bench_engine: {args.model} on {args.device} ({b.dtype}, quantization "
           f"{args.quantization}, {torch.get_num_threads()} threads, compile={args.compile}), "
-          f"{len(b.prompts)} GSM8K prompts x {args.max_tokens} tokens", flush=True)
+          f"{len(b.prompts)} GSM8K prompts x {args.max_tokens} tokens, torch "
+          f"{torch.__version__}", flush=True)
     result = {"device": args.device, "dtype": b.dtype, "quantization": args.quantization,
               "threads": torch.get_num_threads(), "compile": args.compile,
-              "prompts": len(b.prompts), "max_tokens": args.max_tokens}
+              "prompts": len(b.prompts), "max_tokens": args.max_tokens,
+              "torch": torch.__version__}
     if args.device == "cuda":
         result["gpu"] = torch.cuda.get_device_name()
+        result["cudnn"] = torch.backends.cudnn.version()
 
     # --- one stream
     ar_eng = b.engine()
     ar = b.one_stream(ar_eng)
     rows = []
     print(f"\n{'method':<13}{'k':>3}{'tok/step':>10}{'accept':>8}{'tok/s':>9}{'AR tok/s':>10}"
-          f"{'speedup':>9}{'step ms':>9}", flush=True)
+          f"{'speedup':>9}{'step ms':>9}{'same':>6}", flush=True)
     print(f"{'none':<13}{0:>3}{1.0:>10.2f}{1.0:>8.2f}{ar['tok_s']:>9.1f}{ar['tok_s']:>10.1f}"
-          f"{1.0:>9.2f}{ar['step_ms']:>9.2f}", flush=True)
+          f"{1.0:>9.2f}{ar['step_ms']:>9.2f}{1.0:>6.2f}", flush=True)
     ks = [int(k) for k in args.ks.split(",")]
     for method in args.methods.split(","):
         for k in ks:
@@ -239,7 +295,7 @@ def main(argv=None) -> dict:
             rows.append({"method": method, "k": k, **r})
             print(f"{method:<13}{k:>3}{r['tokens_per_step']:>10.2f}{r['acceptance_length']:>8.2f}"
                   f"{r['tok_s']:>9.1f}{r['baseline_tok_s']:>10.1f}{r['speedup']:>9.2f}"
-                  f"{r['step_ms']:>9.2f}", flush=True)
+                  f"{r['step_ms']:>9.2f}{r['same_as_ar']:>6.2f}", flush=True)
     ar_tok_s = statistics.median([ar["tok_s"]] + [r["baseline_tok_s"] for r in rows])
     best = max(rows, key=lambda r: r["speedup"]) if rows else None
     if best:
@@ -289,6 +345,10 @@ def main(argv=None) -> dict:
             hf = {"skipped": str(e)}
             print(f"\ntransformers skipped: {e}", flush=True)
         result["transformers"] = hf
+
+    # --- the best method with the decode program compiled (opt-in, last: it may be slow)
+    if args.compile_best and best:
+        result["compiled_best"] = compiled_best(b, best)
     print(json.dumps(result, default=float))
     return result
 

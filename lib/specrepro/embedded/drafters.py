@@ -9,6 +9,12 @@ Design:
   rolls back by length like the target: entries at positions >= a slot's accepted
   length are overwritten before anything reads them, so ragged acceptance needs no
   call. `release` frees nothing (the caches are preallocated per slot).
+- Static attention bound (`static_bound`, set by the engine when it captures CUDA graphs):
+  every drafter attention spans the whole cache row [0, max_len) under the causal (or
+  context-length) mask instead of [0, max position + 1), so `observe` and `propose` read no
+  length back to the host and their shapes depend only on (batch, k): one CUDA graph per
+  (batch bucket, k) holds a whole propose, MTP's k re-runs and the draft model's k steps
+  included. Off on the CPU, where the shorter span is cheaper and a host read is free.
 - **MTP head** (DeepSeek-V3 style): one decoder layer on
   `eh_proj([norm(h_p); norm(emb(x_{p+1}))])` at position p, predicting x_{p+2}
   through the target's (shared, frozen) embedding and output head. Its entry at p
@@ -113,6 +119,12 @@ class Proposer(nn.Module):
 
     method: str = ""
     target_layers: tuple[int, ...] = ()
+    static_bound: bool = False  # attend over whole cache rows (CUDA graphs); see the docstring
+
+    def _kv_len(self, positions: torch.Tensor, max_len: int) -> int:
+        """Attention span of a cached pass at `positions` [B, S]: the whole row when static,
+        else up to the furthest position (a host read)."""
+        return max_len if self.static_bound else int(positions.max()) + 1
 
     def allocate(self, num_slots: int, max_len: int, device=None,
                  dtype: torch.dtype = torch.float32) -> None:
@@ -138,7 +150,9 @@ class Proposer(nn.Module):
 
 
 def _draft_loop(step, k: int, sample: Sampler | None):
-    """Run `step(j) -> logits [B, V]` k times; returns tokens [B, k], logits [B, k, V]."""
+    """Run `step(j, prev_tokens) -> logits [B, V]` k times; returns tokens [B, k], logits
+    [B, k, V]. A fixed sequence of tensor ops for a given k (no host reads), so a CUDA graph
+    captures the whole loop."""
     sample = sample or greedy
     toks, logits = [], []
     for j in range(k):
@@ -175,8 +189,8 @@ class MTPHead(Proposer):
                                 z.dtype)
         kw = {}
         if slots is not None:
-            kw = dict(kv_cache=self.cache.layer(0), slots=slots, positions=positions,
-                      kv_len=int(positions.max()) + 1)
+            kw = {"kv_cache": self.cache.layer(0), "slots": slots, "positions": positions,
+                  "kv_len": self._kv_len(positions, self.cache.max_len)}
         return self.layer(z, cos, sin, **kw)  # [B, S, D]
 
     def logits(self, h):
@@ -369,7 +383,9 @@ class BlockDrafter(Proposer):
     @torch.no_grad()
     def propose(self, slots, context_len, last_token, k, sample=None):
         n = max(k + 1, self.block_size)  # truncate below the trained block, extend above
-        dev, C = last_token.device, int(context_len.max())
+        dev = last_token.device
+        # context span: the whole row when static (the mask hides positions >= context_len)
+        C = self.ctx_cache[0][0].shape[2] if self.static_bound else int(context_len.max())
         x = self._blocks(last_token[:, None], n)[:, 0]  # [B, n, D]
         pos = context_len[:, None] + torch.arange(n, device=dev)
         cos, sin = self._rope(pos, x.dtype)
@@ -377,7 +393,8 @@ class BlockDrafter(Proposer):
         ctx_mask = torch.arange(C, device=dev)[None, :] < context_len[:, None]  # [B, C]
         mask = torch.cat([ctx_mask, ctx_mask.new_ones(len(slots), n)], -1)[:, None, None]
         logits = self.run_layers(x, cos, sin, ctx_kv, mask)[:, 1:k + 1]  # [B, k, V]
-        sample = sample or greedy
+        if sample is None:  # one argmax for the block rather than one per position
+            return logits.argmax(-1), logits
         tokens = torch.stack([sample(logits[:, j]) for j in range(k)], 1)
         return tokens, logits
 
@@ -411,7 +428,7 @@ class DraftModel(Proposer):
     @torch.no_grad()
     def observe(self, slots, tokens, positions, hidden=()):
         self.model(tokens, positions=positions, cache=self.cache, slots=slots,
-                   kv_len=int(positions.max()) + 1, logits="none")
+                   kv_len=self._kv_len(positions, self.cache.max_len), logits="none")
 
     @torch.no_grad()
     def propose(self, slots, context_len, last_token, k, sample=None):
@@ -419,7 +436,8 @@ class DraftModel(Proposer):
             x = last_token if prev is None else prev
             pos = (context_len + j)[:, None]
             return self.model(x[:, None], positions=pos, cache=self.cache, slots=slots,
-                              kv_len=int(pos.max()) + 1, logits="last").logits[:, -1]
+                              kv_len=self._kv_len(pos, self.cache.max_len),
+                              logits="last").logits[:, -1]
 
         return _draft_loop(step, k, sample)
 

@@ -23,9 +23,19 @@ Design:
   batch: drafts are padded after real tokens (invisible under causal attention), sampling
   draws from each request's own `torch.Generator`, quantization scales are static.
 - Speed: the attention length is rounded up to a bucket so shapes repeat; `compile=True`
-  wraps the target forward in `torch.compile`; on CUDA the decode/verify pass of each
-  (batch bucket, k+1) shape is captured once in a CUDA graph (batch rows padded to the
-  bucket with the scratch slot) and replayed.
+  wraps the target forward in `torch.compile`.
+- Static decode (`static_shapes`, on by default wherever CUDA graphs are): a decode step's
+  propose -> verify -> observe and greedy acceptance run as one tensor program
+  (`spec.draft_verify_observe`) at fixed shapes: the batch padded to a power-of-two bucket
+  with the scratch slot, every attention (target and drafter) over whole cache rows under the
+  causal mask, no host read inside. On CUDA each (batch bucket, k) the engine can meet is
+  captured in a CUDA graph at start-up (a timed region never captures), checked against an
+  eager run of the same inputs, and replayed; a capture that fails falls back, with a printed
+  warning, to a capture without cuDNN attention and then to the same program run eagerly.
+  One host read per step brings back [B, k+3] (drafts, acceptance, next token).
+- Eager passes of varying shape on CUDA (prefill chunks, the staged fallback) exclude cuDNN
+  attention: SDPA may pick it on Hopper, and it builds a cuDNN graph (tens of milliseconds)
+  for every new shape, which made every eager drafter call on the H200 cost that much.
 
 The engine knows nothing of HTTP or text: it takes and returns token ids (serve.py bridges).
 """
@@ -33,6 +43,7 @@ The engine knows nothing of HTTP or text: it takes and returns token ids (serve.
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +55,6 @@ from specrepro.embedded import spec as spec_mod
 from specrepro.embedded.sampling import (
     SamplingParams,
     SamplingTensors,
-    accepted_per_position,
     make_generator,
     sample,
     warp,
@@ -92,8 +102,13 @@ class EngineConfig:
     speculative: dict | None = None  # vLLM's --speculative-config keys
     max_waiting: int = 256
     seed: int = 0
-    compile: bool = False  # torch.compile the target forward
+    # torch.compile: with static shapes the whole decode program (one compile per (bucket, k),
+    # then captured), else the target forward and the drafter's calls (dynamic shapes)
+    compile: bool = False
     cuda_graphs: bool = True  # capture fixed-shape decode/verify passes on CUDA
+    # decode steps as one fixed-shape program (whole-row attention, padded batch buckets);
+    # None: on when CUDA graphs are used. True on the CPU runs the graphs' code path eagerly.
+    static_shapes: bool | None = None
     kv_len_bucket: int = 64  # attention length rounded up to a multiple (shapes repeat)
     profile: bool = False  # time the forward passes (synchronizing on CUDA)
     num_threads: int | None = None  # torch CPU threads (process-wide); None leaves torch's
@@ -179,10 +194,10 @@ class _Forward:
     """The target pass the stages call: binds the cache, buckets the attention length,
     optionally compiled, and on CUDA replays a captured graph per (batch, length) shape."""
 
-    def __init__(self, model, cache, cfg: EngineConfig, scratch_slot: int):
+    def __init__(self, model, cache, cfg: EngineConfig, scratch_slot: int, static: bool = False):
         self.model, self.cache, self.cfg = model, cache, cfg
         self.scratch_slot = scratch_slot
-        self.fn = torch.compile(model, dynamic=True) if cfg.compile else model
+        self.fn = torch.compile(model, dynamic=True) if cfg.compile and not static else model
         self.graphs = {}  # (B, S, hidden_layers) -> _Graph | None (None: capture failed)
         self.use_graphs = cfg.cuda_graphs and torch.device(cfg.device).type == "cuda"
 
@@ -194,9 +209,10 @@ class _Forward:
     def __call__(self, ids, positions, slots, hidden_layers=(), logits="all", end=None):
         if self.use_graphs and logits == "all":
             return self._graphed(ids, positions, slots, tuple(hidden_layers))
-        return self.fn(ids, positions=positions, cache=self.cache, slots=slots,
-                       kv_len=self.kv_len(positions, end), hidden_layers=hidden_layers,
-                       logits=logits)
+        with eager_attention(ids.device):
+            return self.fn(ids, positions=positions, cache=self.cache, slots=slots,
+                           kv_len=self.kv_len(positions, end), hidden_layers=hidden_layers,
+                           logits=logits)
 
     # ---- CUDA graphs: one per (padded batch, k+1), attending over the whole cache row
     def _graphed(self, ids, positions, slots, hidden_layers):
@@ -207,8 +223,9 @@ class _Forward:
             self.graphs[key] = self._capture(pb, s, hidden_layers)
         g = self.graphs[key]
         if g is None:
-            return self.model(ids, positions=positions, cache=self.cache, slots=slots,
-                              kv_len=self.cache.max_len, hidden_layers=hidden_layers)
+            with eager_attention(ids.device):
+                return self.model(ids, positions=positions, cache=self.cache, slots=slots,
+                                  kv_len=self.cache.max_len, hidden_layers=hidden_layers)
         g["ids"][:b].copy_(ids)
         g["pos"][:b].copy_(positions)
         g["slots"][:b].copy_(slots)
@@ -245,6 +262,139 @@ class _Forward:
             return None
 
 
+def eager_attention(device):
+    """A context for eager passes on CUDA: SDPA without cuDNN attention, which builds a cuDNN
+    graph for every new shape (EMBEDDED_NOTES: tens of ms per drafter call on the H200).
+    Flash, memory-efficient and math attention have no per-shape set-up."""
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                        SDPBackend.MATH])
+
+
+@dataclass
+class _Captured:
+    graph: object  # torch.cuda.CUDAGraph
+    inputs: torch.Tensor  # [3, bucket] static input rows the graph reads
+    out: dict  # static outputs the graph writes
+
+
+class _DecodeStep:
+    """A decode step (propose -> verify -> observe, greedy acceptance) as a fixed-shape
+    program per (batch bucket, k): captured in a CUDA graph on CUDA, run eagerly at the same
+    shapes elsewhere, so a CPU test runs the code the GPU replays.
+
+    inputs: [3, bucket] int64 rows (slots, context_len, last_token), padding rows at the
+    scratch slot with context_len 1 (every index stays in range). Outputs (all [bucket, ...]):
+    drafts [.., k], num_drafts [..], logits [.., k+1, V], rows [.., k+3] = (num_drafts,
+    greedy num_accepted, drafts..., greedy next token)."""
+
+    def __init__(self, model_fn, cache, proposer, scratch_slot: int, use_graphs: bool,
+                 compile: bool = False):
+        self.fn, self.cache, self.proposer = model_fn, cache, proposer
+        # compile=True: the whole program through torch.compile (static shapes: one compile per
+        # (bucket, k)); a compiled capture that fails falls back to the plain program
+        self.compiled = torch.compile(self.program, dynamic=False) if compile else None
+        self.scratch_slot = scratch_slot
+        self.layers = tuple(getattr(proposer, "target_layers", ()) or ())
+        self.use_graphs = use_graphs
+        self.capture_enabled = False  # on once the engine's modules are final (after fp8)
+        self.graphs: dict[tuple[int, int], _Captured | None] = {}
+        self.failures: list[str] = []
+
+    @staticmethod
+    def bucket(b: int) -> int:
+        return 1 << (b - 1).bit_length()  # next power of two
+
+    def inputs(self, slots: list[int], context_len: list[int], last_token: list[int]):
+        pad = self.bucket(len(slots)) - len(slots)
+        return torch.tensor([slots + [self.scratch_slot] * pad, context_len + [1] * pad,
+                             last_token + [0] * pad], dtype=torch.int64)  # [3, bucket], host
+
+    def program(self, inputs: torch.Tensor, k: int) -> dict:
+        slots, context_len, last_token = inputs[0], inputs[1], inputs[2]
+        span = self.cache.max_len
+
+        def forward(ids, pos, s, hidden_layers):
+            return self.fn(ids, positions=pos, cache=self.cache, slots=s, kv_len=span,
+                           hidden_layers=hidden_layers)
+        drafts, verified = spec_mod.draft_verify_observe(forward, self.proposer, slots,
+                                                         context_len, last_token, k,
+                                                         self.layers)
+        acc = spec_mod.accept_greedy(drafts, verified)
+        num = (drafts.num_drafts if drafts.num_drafts is not None
+               else torch.full_like(acc.num_accepted, k))
+        rows = torch.cat([num[:, None], acc.num_accepted[:, None], drafts.tokens,
+                          acc.next_token[:, None]], dim=1)
+        return {"drafts": drafts.tokens, "num_drafts": num, "logits": verified.logits,
+                "rows": rows}
+
+    def __call__(self, host_inputs: torch.Tensor, k: int) -> dict:
+        key = (host_inputs.shape[1], k)
+        if self.use_graphs and self.capture_enabled and key not in self.graphs:
+            self.graphs[key] = self.capture(*key)
+        g = self.graphs.get(key)
+        if g is None:
+            dev = self.cache.k0.device
+            run = self.compiled if self.compiled is not None and not self.use_graphs \
+                else self.program
+            with eager_attention(dev):
+                return run(host_inputs.to(dev), k)
+        g.inputs.copy_(host_inputs)  # one small host-to-device copy
+        g.graph.replay()
+        return g.out
+
+    def capture_all(self, keys) -> None:
+        self.capture_enabled = True
+        for key in keys:
+            if key not in self.graphs:
+                self.graphs[key] = self.capture(*key)
+
+    def capture(self, bucket: int, k: int) -> _Captured | None:
+        """Capture (bucket, k): default attention backends first, then without cuDNN; each
+        capture is replayed once and checked against an eager run of the same inputs."""
+        host = torch.tensor([[self.scratch_slot] * bucket, [1] * bucket, [0] * bucket],
+                            dtype=torch.int64)
+        attempts = [("default attention", self.program, contextlib.nullcontext),
+                    ("attention without cuDNN", self.program, lambda: eager_attention("cuda"))]
+        if self.compiled is not None:
+            attempts.insert(0, ("torch.compile", self.compiled, contextlib.nullcontext))
+        for label, fn, ctx in attempts:
+            try:
+                with ctx():
+                    return self._capture_once(fn, host, k)
+            except Exception as e:  # noqa: BLE001 — fall back, never crash a server or a bench
+                msg = (f"[engine] CUDA graph capture of the decode step failed for batch "
+                       f"bucket {bucket}, k={k} with {label}: {type(e).__name__}: {e}")
+                self.failures.append(msg)
+                print(msg, flush=True)
+        print(f"[engine] batch bucket {bucket}, k={k} runs eagerly (no CUDA graph)", flush=True)
+        return None
+
+    def _capture_once(self, fn, host: torch.Tensor, k: int) -> _Captured:
+        inputs = host.to(self.cache.k0.device)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up: lazy init, cuDNN/cuBLAS plans, allocator
+            for _ in range(2):
+                ref = fn(inputs, k)
+        torch.cuda.current_stream().wait_stream(side)
+        ref = ref["logits"].float().clone()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(inputs, k)
+        graph.replay()
+        torch.cuda.synchronize()
+        got = out["logits"].float()
+        err = float((got - ref).abs().max())
+        tol = 1e-2 * float(ref.abs().max()) + 1e-2
+        if not torch.isfinite(got).all() or err > tol:
+            raise RuntimeError(f"replayed logits differ from eager ones by {err:.3g} "
+                               f"(tolerance {tol:.3g})")
+        return _Captured(graph, inputs, out)
+
+
 def _weight_bytes(module) -> int:
     """Bytes of a module's parameters and non-cache buffers (tied tensors counted once)."""
     seen, n = set(), 0
@@ -270,6 +420,11 @@ class LLMEngine:
             torch.set_num_threads(int(cfg.num_threads))
         self.model, self.tokenizer = self._load_target(model, tokenizer)
         self.proposer = self._load_proposer(proposer)
+        self.use_graphs = cfg.cuda_graphs and self.device.type == "cuda"
+        self.static = self.use_graphs if cfg.static_shapes is None else bool(cfg.static_shapes)
+        if self.proposer is not None:
+            self.proposer.static_bound = self.static
+        self._ragged = hasattr(self.proposer, "propose_ragged")  # n-gram: rows draft fewer
         self.eos_token_id = self._eos_id()
         if cfg.quantization == "nvfp4":
             self._quantize_target()
@@ -288,8 +443,21 @@ class LLMEngine:
         if self.proposer is not None and self.spec.quantization == "fp8_per_tensor":
             self._quantize_drafter()
             self._reset_state()  # calibration traffic is not the server's
-        if cfg.compile and isinstance(self.proposer, torch.nn.Module):
+        if cfg.compile and not self.static and isinstance(self.proposer, torch.nn.Module):
             self._proposer_calls = _CompiledProposer(self.proposer)
+        if self.static and self.use_graphs:  # every shape now: timed regions never capture
+            with torch.inference_mode():
+                self._decode_step.capture_all(self.decode_shapes())
+
+    def decode_shapes(self) -> list[tuple[int, int]]:
+        """The (batch bucket, k) pairs decode steps can meet: k by batch size (schedule)."""
+        n = self.config.max_num_seqs
+        return sorted({(_DecodeStep.bucket(b), self.spec.k_for_batch(b)) for b in range(1, n + 1)})
+
+    @property
+    def graph_failures(self) -> list[str]:
+        """Warnings of decode-step captures that fell back (empty when all were captured)."""
+        return list(self._decode_step.failures)
 
     # ------------------------------------------------------------------ loading
     def _load_target(self, model, tokenizer):
@@ -365,7 +533,10 @@ class LLMEngine:
 
     def _reset_state(self) -> None:
         k_max = self.spec.num_speculative_tokens
-        self._forward = _Forward(self.model, self.cache, self.config, self.scratch_slot)
+        self._forward = _Forward(self.model, self.cache, self.config, self.scratch_slot,
+                                 self.static)
+        self._decode_step = _DecodeStep(self.model, self.cache, self.proposer,
+                                        self.scratch_slot, self.use_graphs, self.config.compile)
         self.stats = EngineStats(accepted_per_pos=[0] * k_max)
         self.free_slots = list(range(self.config.max_num_seqs - 1, -1, -1))  # pop(): slot 0
         self.waiting: collections.deque[_Sequence] = collections.deque()
@@ -451,10 +622,12 @@ class LLMEngine:
         prefilling = [s for s in self.running.values() if not s.prefilled]
         if prefilling and budget <= 0:  # decode rows fill the budget: still make progress
             budget = max(1, self.config.max_num_batched_tokens // 4)
-        for seq in prefilling:
-            if budget <= 0:
-                break
-            budget -= self._prefill_chunk(seq, budget, outputs)
+        if prefilling:
+            with eager_attention(self.device):
+                for seq in prefilling:
+                    if budget <= 0:
+                        break
+                    budget -= self._prefill_chunk(seq, budget, outputs)
         if decoding:
             self._decode(decoding, k, outputs)
         if decoding or prefilling:
@@ -509,33 +682,17 @@ class LLMEngine:
         return end - start
 
     def _decode(self, seqs: list[_Sequence], k: int, outputs: list) -> None:
-        dev = self.device
         params = [s.req.sampling for s in seqs]
         all_greedy = all(p.is_greedy for p in params)
-        batch = DecodeBatch(
-            slots=torch.tensor([s.slot for s in seqs], dtype=torch.int64, device=dev),
-            context_len=torch.tensor([s.context_len for s in seqs], dtype=torch.int64,
-                                     device=dev),
-            last_token=torch.tensor([s.last_token for s in seqs], dtype=torch.int64, device=dev),
-            params=params, generators=[s.generator for s in seqs], all_greedy=all_greedy,
-            sampling=None if all_greedy else SamplingTensors.from_params(
-                params, self.model.config.vocab_size, dev))
-        end = max(s.context_len for s in seqs) + k + 1
-
-        def forward(ids, pos, slots, layers):
-            return self._timed(self._forward, ids, pos, slots, layers, "all", end)
-        drafts, acc = spec_mod.speculative_step(forward, self._timed_proposer(), batch, k,
-                                                self.spec.draft_sample_method)
-        num_drafts = (drafts.num_drafts if drafts.num_drafts is not None
-                      else torch.full_like(acc.num_accepted, k))
-        # one transfer back: [B, 2 + k] = (num_drafts, num_accepted, drafts...)
-        rows = torch.cat([num_drafts[:, None], acc.num_accepted[:, None], drafts.tokens,
-                          acc.next_token[:, None]], dim=1).tolist()
+        # the fixed-shape program drafts greedily; sampled drafts take the staged path
+        if self.static and (all_greedy or self._ragged
+                            or self.spec.draft_sample_method == "greedy"):
+            rows = self._decode_static(seqs, k, params, all_greedy)
+        else:
+            with eager_attention(self.device):
+                rows = self._decode_staged(seqs, k, params, all_greedy)
+        # rows: [B] lists (num_drafts, num_accepted, drafts..., next token), one host read
         self.stats.num_spec_steps += 1
-        if k > 0:
-            per_pos = accepted_per_position(acc.num_accepted, k).tolist()
-            for i, n in enumerate(per_pos):
-                self.stats.accepted_per_pos[i] += n
         for seq, row in zip(seqs, rows):
             nd, na = row[0], row[1]
             if nd > 0:
@@ -545,8 +702,57 @@ class LLMEngine:
                 self.stats.num_drafts += 1
                 self.stats.num_draft_tokens += nd
                 self.stats.num_accepted_tokens += na
+                for i in range(na):  # vLLM's accepted-per-position counter
+                    self.stats.accepted_per_pos[i] += 1
             seq.context_len += na + 1
             self._emit(seq, row[2:2 + na] + [row[-1]], outputs)
+
+    def _batch(self, seqs: list[_Sequence], params, all_greedy: bool, slots=None,
+               context_len=None, last_token=None) -> DecodeBatch:
+        dev = self.device
+
+        def col(values):
+            return torch.tensor(values, dtype=torch.int64, device=dev)
+        return DecodeBatch(
+            slots=col([s.slot for s in seqs]) if slots is None else slots,
+            context_len=col([s.context_len for s in seqs]) if context_len is None else context_len,
+            last_token=col([s.last_token for s in seqs]) if last_token is None else last_token,
+            params=params, generators=[s.generator for s in seqs], all_greedy=all_greedy,
+            sampling=None if all_greedy else SamplingTensors.from_params(
+                params, self.model.config.vocab_size, dev))
+
+    def _decode_static(self, seqs: list[_Sequence], k: int, params, all_greedy: bool) -> list:
+        """One replay of the (bucket, k) program; sampled rows then verify eagerly."""
+        b = len(seqs)
+        host = self._decode_step.inputs([s.slot for s in seqs], [s.context_len for s in seqs],
+                                        [s.last_token for s in seqs])
+        out = self._timed(self._decode_step, host, k)
+        if all_greedy:  # acceptance ran inside the program
+            return out["rows"][:b].tolist()
+        inputs = host[:, :b].to(self.device)
+        batch = self._batch(seqs, params, False, *inputs)
+        num = out["num_drafts"][:b]
+        drafts = spec_mod.Drafts(out["drafts"][:b], None, num if self._ragged else None)
+        verified = spec_mod.Verified(out["logits"][:b], None, None, [])
+        acc = spec_mod.accept(batch, drafts, verified)
+        return torch.cat([num[:, None], acc.num_accepted[:, None], drafts.tokens,
+                          acc.next_token[:, None]], dim=1).tolist()
+
+    def _decode_staged(self, seqs: list[_Sequence], k: int, params, all_greedy: bool) -> list:
+        """The four stages one by one (spec.speculative_step): the CPU default, and sampled
+        drafts (each row draws from its own generator, which a graph cannot hold)."""
+        batch = self._batch(seqs, params, all_greedy)
+        end = max(s.context_len for s in seqs) + k + 1
+
+        def forward(ids, pos, slots, layers):
+            return self._timed(self._forward, ids, pos, slots, layers, "all", end)
+        drafts, acc = spec_mod.speculative_step(forward, self._timed_proposer(), batch, k,
+                                                self.spec.draft_sample_method)
+        num_drafts = (drafts.num_drafts if drafts.num_drafts is not None
+                      else torch.full_like(acc.num_accepted, k))
+        # one transfer back: [B, k + 3] = (num_drafts, num_accepted, drafts..., next token)
+        return torch.cat([num_drafts[:, None], acc.num_accepted[:, None], drafts.tokens,
+                          acc.next_token[:, None]], dim=1).tolist()
 
     def _timed_proposer(self):
         if self.proposer is None or not self.config.profile:

@@ -20,6 +20,11 @@ Design:
   distribution). Both are lossless; an all-greedy batch takes the cheaper greedy rule.
 - `NgramProposer` (prompt lookup) lives here: it needs no weights, only the token history,
   which it keeps from `observe` like any drafter keeps its caches.
+- `draft_verify_observe` is the same stages as one host-read-free tensor program (greedy
+  drafts, the drafter observing the verify pass before acceptance, which it does not depend
+  on): the engine runs it at fixed shapes and, on CUDA, captures it per (batch bucket, k) in a
+  CUDA graph. Greedy acceptance has no host read either (ragged n-gram rows are masked with
+  an impossible token rather than counted on the host), so it joins the program.
 
 The step never loops over rows in Python except where a row's own generator must draw.
 """
@@ -151,6 +156,7 @@ class NgramProposer:
     last n tokens (n from max down to min) and propose the tokens that followed it."""
 
     target_layers: tuple[int, ...] = ()
+    static_bound: bool = False  # search whole history rows (fixed shapes for CUDA graphs)
 
     def __init__(self, lookup_min: int = 5, lookup_max: int = 5):
         self.lookup_min, self.lookup_max = lookup_min, lookup_max
@@ -176,7 +182,8 @@ class NgramProposer:
         """-> (tokens [B, k], num_drafts [B]); rows without a match get 0 drafts."""
         b = slots.shape[0]
         length = context_len + 1  # [B] the history plus last_token
-        width = int(length.max())
+        # the whole row when static: windows past a row's length are masked out below
+        width = self.tokens.shape[1] if self.static_bound else int(length.max())
         ctx = self.tokens[slots, :width].clone()  # [B, W]
         ctx[torch.arange(b, device=ctx.device), context_len] = last_token
         start = torch.full((b,), -1, dtype=torch.int64, device=ctx.device)  # continuation start
@@ -276,15 +283,25 @@ def verify(forward: Callable, batch: DecodeBatch, drafts: Drafts,
 
 def accept(batch: DecodeBatch, drafts: Drafts, verified: Verified) -> Accepted:
     """Stage 3: the lossless rule (sampling.py), greedy when every row is greedy."""
-    k = drafts.tokens.shape[1]
     if batch.all_greedy:
-        if k == 0:
-            return Accepted(torch.zeros_like(batch.last_token),
-                            verified.logits[:, 0].argmax(-1))
-        return Accepted(*verify_greedy(drafts.tokens, verified.logits, drafts.num_drafts))
+        return accept_greedy(drafts, verified)
     p = warp(verified.logits, batch.sampling)  # [B, k+1, V]
     return Accepted(*verify_sampled(drafts.tokens, drafts.probs, p, batch.generators,
                                     drafts.num_drafts))
+
+
+def accept_greedy(drafts: Drafts, verified: Verified) -> Accepted:
+    """Stage 3 for greedy rows, with no host read: a row's padding past its `num_drafts` is
+    replaced by -1, which never equals the target's argmax, so acceptance stops there exactly
+    as `verify_greedy`'s draft mask would stop it."""
+    tokens, k = drafts.tokens, drafts.tokens.shape[1]
+    if k == 0:
+        return Accepted(torch.zeros(tokens.shape[0], dtype=torch.int64, device=tokens.device),
+                        verified.logits[:, 0].argmax(-1))
+    if drafts.num_drafts is not None:
+        real = torch.arange(k, device=tokens.device) < drafts.num_drafts[:, None]  # [B, k]
+        tokens = torch.where(real, tokens, -1)
+    return Accepted(*verify_greedy(tokens, verified.logits))
 
 
 def update(proposer, batch: DecodeBatch, verified: Verified, accepted: Accepted) -> None:
@@ -292,8 +309,32 @@ def update(proposer, batch: DecodeBatch, verified: Verified, accepted: Accepted)
     are stale and get overwritten); the rows' lengths and next inputs advance in place."""
     if proposer is not None:
         proposer.observe(batch.slots, verified.input_ids, verified.positions, verified.hidden)
+    advance(batch, accepted)
+
+
+def advance(batch: DecodeBatch, accepted: Accepted) -> None:
+    """The rest of stage 4 once the drafter has observed: lengths and next inputs."""
     batch.context_len += accepted.num_accepted + 1
     batch.last_token = accepted.next_token
+
+
+def draft_verify_observe(forward: Callable, proposer, slots: torch.Tensor,
+                         context_len: torch.Tensor, last_token: torch.Tensor, k: int,
+                         hidden_layers: Sequence[int]) -> tuple[Drafts, Verified]:
+    """Stages 1, 2 and the drafter's half of 4 for greedy drafts, as one tensor program.
+
+    slots, context_len, last_token: [B]; forward as in `verify`, at a fixed attention span
+    (the proposer's `static_bound` likewise), so for a given (B, k) every shape is fixed and
+    nothing is read back to the host: the engine captures it in a CUDA graph. The drafter
+    observes the whole verify pass before acceptance; entries past a row's accepted length
+    are overwritten later (rollback by length), so the order does not change its caches.
+    """
+    batch = DecodeBatch(slots, context_len, last_token, params=[], generators=[])
+    drafts = propose(proposer, batch, k, "greedy")
+    verified = verify(forward, batch, drafts, hidden_layers)
+    if proposer is not None:
+        proposer.observe(slots, verified.input_ids, verified.positions, verified.hidden)
+    return drafts, verified
 
 
 def speculative_step(forward: Callable, proposer, batch: DecodeBatch, k: int,
