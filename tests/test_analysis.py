@@ -166,6 +166,51 @@ def test_overlay_reads_percent_metrics_in_percent(tmp_path):
     mtp = ov.filter((pl.col("arm") == "mtp-k3") & (pl.col("metric") == "acceptance_length"))
     assert mtp["published"][0] == 2.55 and mtp["measured"][0] == pytest.approx(1.9)
     assert mtp["published_arm"][0] == "mtp3_0280"
+    # the smoke suite runs 01 greedy; the article's sweep is at T=0.7, and each row says both
+    assert mtp["temperature"][0] == 0.0 and mtp["published_temperature"][0] == 0.7
+
+
+def test_published_temperature_compares_across_temperatures_and_labels_it(tmp_path):
+    write_cells(tmp_path, SMOKE, "01_drafter_block_sweep", plain)
+    f = sa.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
+    claims = sa.claims_for(f.notebook_id)
+    assert claims.temperature_note([0.0]) == "article at T=0.7, measured at T=0"
+    assert claims.temperature_note([0.7]) == ""  # the GPU suites: nothing to label
+    # article A's T=1.0 runs are never drawn beside the sweep
+    assert set(sa.published_points(claims, "agg_tok_s")["temperature"]
+               .drop_nulls()) == {0.7}
+    # a notebook without published_temperature matches only its own temperature
+    plain_claims = sa.claims_for("02_temperature_spread")
+    assert plain_claims.compared_temperature(0.0) == 0.0
+    assert plain_claims.temperature_note([0.0]) == ""
+    sa.figures.style()
+    fig = sa.figures.block_sweep_speed(f, claims)
+    titles = [fig.get_suptitle(), *(ax.get_title() for ax in fig.axes)]
+    sa.figures.plt.close(fig)
+    assert "article at T=0.7, measured at T=0" in titles
+    assert "article A at T=0.7" in titles
+
+
+def test_embedded_suites_use_completion_form_and_a_greedy_block_sweep():
+    for params in (SMOKE, DEFAULT):
+        for nb in ("03_target_precision", "04_engine_comparison", "05_fp8_drafter_gates",
+                   "06_draft_schedule_under_load", "07_the_bill"):
+            _, study = finding_mod.study_for(params, nb)
+            # HumanEval stays in chat form: its Codex stops end this model's completions at once
+            assert {w.form for w in study.workloads if w.name != "humaneval"} == {
+                "completion"}, (params.name, nb)
+        _, sweep = finding_mod.study_for(params, "01_drafter_block_sweep")
+        assert [s.temperature for s in sweep.sampling] == [0.0]
+        _, spread = finding_mod.study_for(params, "02_temperature_spread")
+        assert [s.temperature for s in spread.sampling] == [0.7, 1.0]
+
+
+def test_default_fp8_gates_judge_acceptance_not_emulated_speed():
+    _, study = finding_mod.study_for(DEFAULT, "05_fp8_drafter_gates")
+    assert "agg_tok_s" not in {g.metric for g in study.gates}
+    eight = next(g for g in study.gates if g.concurrency == 8 and g.reference_arm)
+    assert (eight.metric, eight.op, eight.threshold, eight.kind) == (
+        "acceptance_length", ">=", -5.0, "relative_pct")
 
 
 # --------------------------------------------------------------------------- gates

@@ -347,3 +347,11 @@ def test_resolved_profiles_remember_their_file(tree: Path):
     study = params.resolve_study(suite, "01_drafter_block_sweep")
     assert study.arms[0].resolved.source.endswith("profiles/p.yaml")
     assert params.load_profile(tree / "profiles/p.yaml").source.endswith("profiles/p.yaml")
+
+
+def test_workload_stop_is_left_out_of_the_identity_when_unset():
+    from specrepro.params import Workload
+
+    unset = Workload(name="humaneval", n=2).model_dump(mode="json")
+    assert "stop" not in unset
+    assert Workload(name="humaneval", n=2, stop=[]).model_dump(mode="json")["stop"] == []

@@ -190,3 +190,13 @@ def test_spec_from_params_workload():
 def test_bad_specs(spec, match, shared_data):
     with pytest.raises(WorkloadError, match=match):
         build_workload(spec)
+
+
+def test_stop_override_replaces_the_workloads_own_stop_strings():
+    default = build_workload({"name": "humaneval", "n": 2, "form": "completion"})
+    assert default[0].stop and "\ndef" in default[0].stop
+    none = build_workload({"name": "humaneval", "n": 2, "form": "completion", "stop": []})
+    assert [p.stop for p in none] == [(), ()]
+    mine = build_workload({"name": "humaneval", "n": 1, "form": "completion", "stop": ["\n\n"]})
+    assert mine[0].stop == ("\n\n",)
+    assert [p.text for p in none] == [p.text for p in default]

@@ -543,6 +543,11 @@ class Workload(Strict):
     prefill_tokens: (
         Annotated[list[PositiveInt], Expect("a list of positive token counts")] | None
     ) = None
+    # Stop strings sent with each request. Unset: the workload's own (lm-eval's for GSM8K,
+    # the Codex paper's for HumanEval completions); [] sends none (a base model that opens
+    # every completion with a comment would otherwise stop after two tokens). Unset, it is
+    # left out of a cell's identity, so cells measured before the key existed keep theirs.
+    stop: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def cross_checks(self) -> list[tuple[tuple, str]]:
         if self.name == "prefill" and not self.prefill_tokens:

@@ -22,7 +22,7 @@ import random
 import sys
 import sysconfig
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -74,6 +74,7 @@ class WorkloadSpec:
     # ~3.5 is typical of the Qwen and Llama BPEs on code; pass count_tokens to
     # build_workload to cut to the engine's own tokenizer instead.
     chars_per_token: float = 3.5
+    stop: tuple[str, ...] | None = None  # None: the workload's own stop strings; () none
 
     @classmethod
     def of(cls, spec) -> WorkloadSpec:
@@ -93,6 +94,8 @@ class WorkloadSpec:
                 raise WorkloadError(f"workload spec: missing {key!r}")
         if values.get("prefill_tokens") is not None:
             values["prefill_tokens"] = tuple(values["prefill_tokens"])
+        if values.get("stop") is not None:
+            values["stop"] = tuple(values["stop"])
         return cls(**values)
 
     @property
@@ -120,7 +123,10 @@ def build_workload(
         raise WorkloadError(f"workload {spec.name!r}: n must be >= 1, found {spec.n}")
     if spec.shots and spec.name != "gsm8k":
         raise WorkloadError(f"workload {spec.name!r}: shots {spec.shots}, few-shot is gsm8k's only")
-    return BUILDERS[spec.name](spec, data_dir=data_dir, count_tokens=count_tokens)
+    prompts = BUILDERS[spec.name](spec, data_dir=data_dir, count_tokens=count_tokens)
+    if spec.stop is not None:
+        prompts = [replace(p, stop=spec.stop) for p in prompts]
+    return prompts
 
 
 def _take(name: str, n: int, available: int) -> int:

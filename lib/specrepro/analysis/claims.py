@@ -7,6 +7,10 @@ Design:
   embedded engine cannot test (DESIGN.md) with the reason.
 - Data, not code: a suite that renames arms adds its names to `arms` here; nothing in the
   notebooks or the table functions names a published arm.
+- `published_temperature`: the temperature of the article's figures a notebook compares
+  against, whatever temperature a suite measures at (the embedded suites run notebook 01
+  greedy, article A's sweep is at T=0.7). Unset: a published figure matches only a measured
+  level at its own temperature. Where the two differ, tables and figures say so.
 - Every published arm id is checked against `published/arms.csv` on load, so a typo fails
   here, naming the notebook and the id.
 """
@@ -52,6 +56,21 @@ class Claims:
     workloads: dict[str, str] = field(default_factory=dict)  # study workload -> published
     prefer: tuple[Preference, ...] = ()
     cannot_test: tuple[Untestable, ...] = ()
+    published_temperature: float | None = None  # None: match the measured temperature
+
+    def compared_temperature(self, measured: float | None) -> float | None:
+        """The temperature of the published figures compared with a level measured at
+        `measured`."""
+        return measured if self.published_temperature is None else self.published_temperature
+
+    def temperature_note(self, measured: list[float]) -> str:
+        """'article at T=0.7, measured at T=0' where the compared temperatures differ from
+        the measured ones; '' where they are the same."""
+        measured = sorted({t for t in measured if t is not None})
+        if self.published_temperature is None or measured == [self.published_temperature]:
+            return ""
+        at = ", ".join(f"T={t:g}" for t in measured) or "n/a"
+        return f"article at T={self.published_temperature:g}, measured at {at}"
 
     def published_workload(self, workload: str) -> str:
         return self.workloads.get(workload, workload)
@@ -78,8 +97,18 @@ def all_claims() -> dict[str, Claims]:
             workloads=dict(entry.get("workloads", {})),
             prefer=tuple(Preference(**p) for p in entry.get("prefer", [])),
             cannot_test=tuple(Untestable(**u) for u in entry.get("cannot_test", [])),
+            published_temperature=_temperature(nb, entry.get("published_temperature")),
         )
     return out
+
+
+def _temperature(nb: str, value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ClaimsError(f"claims.yaml: {nb}.published_temperature: expected a temperature "
+                          f">= 0 or nothing, found {value!r}")
+    return float(value)
 
 
 def claims_for(notebook_id: str) -> Claims:

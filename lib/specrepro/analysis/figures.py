@@ -104,6 +104,25 @@ def _no_data(ax, text: str) -> None:
     ax.set_yticks([])
 
 
+def _temps(cells: pl.DataFrame) -> str:
+    temps = sorted(t for t in cells["temperature"].unique().to_list() if t is not None)
+    return ", ".join(f"T={t:g}" for t in temps)
+
+
+def _article_tag(claims: Claims, cells: pl.DataFrame) -> str:
+    """How the article's values are labelled: with their temperature where a notebook
+    compares across temperatures (claims.published_temperature)."""
+    if claims.temperature_note(cells["temperature"].to_list()):
+        return f"article {claims.article} at T={claims.published_temperature:g}"
+    return f"article {claims.article}"
+
+
+def _temperature_title(fig, claims: Claims, cells: pl.DataFrame) -> None:
+    note = claims.temperature_note(cells["temperature"].to_list())
+    if note:
+        fig.suptitle(note, fontsize=9)
+
+
 def _rep_suffix(cells: pl.DataFrame, label: str) -> str:
     share = cells.filter(pl.col("label") == label)["repeated_4gram_share"].drop_nulls()
     return f"\n(rep. 4-grams {share.mean():.0%})" if share.len() else ""
@@ -117,13 +136,15 @@ def block_sweep_speed(f: Finding, claims: Claims) -> plt.Figure:
     colors, c = palette(f), f.cells
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     _runs_and_means(axes[0], c, "concurrency", "agg_tok_s", colors)
-    axes[0].set(title="measured (this engine)", xlabel="concurrent streams",
+    axes[0].set(title=f"measured (this engine, {_temps(c)})", xlabel="concurrent streams",
                 ylabel="aggregate decode throughput (tok/s)")
+    want = claims.compared_temperature(c["temperature"][0])
     pub = published_points(claims, "agg_tok_s").filter(
-        pl.col("temperature").is_null() | (pl.col("temperature") == c["temperature"][0]))
+        pl.col("temperature").is_null() | (pl.col("temperature") == want))
     _article_lines(axes[1], pub, colors, f.labels)
-    axes[1].set(title=f"article {claims.article}", xlabel="concurrent streams",
+    axes[1].set(title=_article_tag(claims, c), xlabel="concurrent streams",
                 ylabel="aggregate decode throughput (tok/s)")
+    _temperature_title(fig, claims, c)
     base = f.study.baseline
     g = tables.gain_over(c, base)
     for label, part in g.filter(pl.col("arm") != base).group_by("label", maintain_order=True):
@@ -141,7 +162,7 @@ def block_sweep_speed(f: Finding, claims: Claims) -> plt.Figure:
                                      gains, strict=True):
             ax_kw = dict(ARTICLE, edgecolor=colors.get(f.labels.get(arm), "black"))
             axes[2].scatter([conc], [gain], **ax_kw)
-        axes[2].scatter([], [], label="article (same colour)", **ARTICLE)
+        axes[2].scatter([], [], label=f"{_article_tag(claims, c)} (same colour)", **ARTICLE)
     axes[2].axhline(0, color="grey", linewidth=0.8)
     _streams_axis(axes[2], c["concurrency"].to_list() + pub["concurrency"].to_list())
     axes[2].set(title=f"gain over {f.labels.get(base, base)}", xlabel="concurrent streams",
@@ -164,13 +185,16 @@ def acceptance_by_arm(f: Finding, claims: Claims, concurrency: int | None = None
         if part.len():
             axes[0].bar(i, part.mean(), color=colors[label])
             axes[0].scatter([i] * part.len(), part, color="black", s=10, zorder=4)
+    want = claims.compared_temperature(at["temperature"][0] if at.height else None)
     pub = published_points(claims, "acceptance_length").filter(
-        pl.col("concurrency") == level)
+        (pl.col("concurrency") == level)
+        & (pl.col("temperature").is_null() | (pl.col("temperature") == want)))
     for row in pub.to_dicts():
         label = f.labels.get(row["study_arm"])
         if label in labels:
             axes[0].scatter([labels.index(label)], [row["value"]], **ARTICLE)
-    axes[0].scatter([], [], label="article", **ARTICLE)
+    tag = _article_tag(claims, c)
+    axes[0].scatter([], [], label=tag, **ARTICLE)
     axes[0].set_xticks(range(len(labels)), [lab + _rep_suffix(at, lab) for lab in labels],
                        rotation=20, fontsize=7)
     axes[0].set(ylabel="acceptance length (tokens per step)",
@@ -184,10 +208,11 @@ def acceptance_by_arm(f: Finding, claims: Claims, concurrency: int | None = None
     for arm, part in pub_pos.group_by("study_arm", maintain_order=True):
         label = f.labels.get(arm[0], arm[0])
         axes[1].plot(part["position"], part["value"], linestyle="--", color="black",
-                     marker="D", mfc="none", label=f"article: {label}")
+                     marker="D", mfc="none", label=f"{tag}: {label}")
     axes[1].set(xlabel="draft position", ylabel="accepted at this position (% of steps)",
                 title=f"acceptance by position at {level} stream(s)")
     axes[1].legend(fontsize=7)
+    _temperature_title(fig, claims, c)
     return fig
 
 

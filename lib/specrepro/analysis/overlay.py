@@ -3,7 +3,10 @@
 Design:
 - Published rows come from `specrepro.published.load_published()`; `claims.yaml` maps the
   study's arms and workloads to the published ones. A published row matches a measured
-  level when every field it gives (workload, concurrency, temperature) agrees; a blank
+  level when every field it gives (workload, concurrency, temperature) agrees; where the
+  notebook's claims name a `published_temperature`, the article's figures at that
+  temperature are compared with the measured ones at whatever temperature they were taken,
+  and the row carries both (`temperature`, `published_temperature`); a blank
   concurrency or workload matches only arm-level metrics (KV pool, memory, slots).
 - Published metrics are read in the article's units: percent metrics (acceptance rates,
   changes) are compared as percent, so the measured fraction is scaled to percent.
@@ -36,7 +39,8 @@ _POS = re.compile(r"^acceptance_rate_pos(\d+)$")
 
 OVERLAY_SCHEMA = {
     "label": pl.String, "arm": pl.String, "workload": pl.String, "concurrency": pl.Int64,
-    "temperature": pl.Float64, "metric": pl.String, "measured": pl.Float64,
+    "temperature": pl.Float64, "published_temperature": pl.Float64, "metric": pl.String,
+    "measured": pl.Float64,
     "published": pl.Float64, "unit": pl.String, "published_arm": pl.String,
     "source": pl.String, "also_published": pl.String,
 }
@@ -97,7 +101,9 @@ def _matches(pub: dict, level: dict, claims: Claims) -> bool:
         return False
     if pub["concurrency"] is not None and pub["concurrency"] != level["concurrency"]:
         return False
-    return pub["temperature"] is None or abs(pub["temperature"] - level["temperature"]) < 1e-9
+    want = claims.compared_temperature(level["temperature"])
+    return pub["temperature"] is None or (want is not None
+                                          and abs(pub["temperature"] - want) < 1e-9)
 
 
 def _choose(rows: list[dict], claims: Claims) -> tuple[dict, list[dict]]:
@@ -160,6 +166,7 @@ def overlay(cells: pl.DataFrame, claims: Claims, metrics_wanted: list[str] | Non
                 "workload": None if arm_level else level["workload"],
                 "concurrency": None if arm_level else level["concurrency"],
                 "temperature": None if arm_level else level["temperature"],
+                "published_temperature": chosen["temperature"],
                 "metric": metric, "measured": value, "published": chosen["value"],
                 "unit": chosen["unit"], "published_arm": pub_arm, "source": chosen["source"],
                 "also_published": also})
@@ -169,10 +176,14 @@ def overlay(cells: pl.DataFrame, claims: Claims, metrics_wanted: list[str] | Non
 def published_points(claims: Claims, metric: str, repeats: bool = False) -> pl.DataFrame:
     """The published figures of one metric for the notebook's mapped arms, with the study
     arm each stands for (for figures: article panels and markers). repeats=True gives the
-    single runs (article A's repeated runs) instead of values and means."""
+    single runs (article A's repeated runs) instead of values and means. Where the claims
+    name a `published_temperature`, only figures at that temperature (or none) are given."""
     reverse = {v: k for k, v in claims.arms.items()}
     pub = load_published().filter((pl.col("metric") == metric)
                                   & pl.col("arm").is_in(list(reverse)))
+    if claims.published_temperature is not None:
+        pub = pub.filter(pl.col("temperature").is_null()
+                         | (pl.col("temperature") == claims.published_temperature))
     pub = pub.filter(pl.col("repeat").is_not_null() if repeats
                      else pl.col("stat").is_in(STATS) & pl.col("repeat").is_null())
     groups: dict[tuple, list[dict]] = {}

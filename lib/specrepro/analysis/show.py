@@ -70,6 +70,12 @@ def show_header(f: Finding, claims: Claims) -> None:
     lines = [f"## {claims.title} (article {claims.article})", "",
              f"**The article's finding:** {claims.claim}", "",
              f"**Data:** {f.describe()}.", ""]
+    note = claims.temperature_note(f.cells["temperature"].to_list())
+    if note:
+        lines += [f"**Temperature:** {note}. This suite measures at another temperature than "
+                  "the article's (its parameters file says why); the tables and figures put "
+                  f"the article's T={claims.published_temperature:g} values beside the "
+                  "measured ones, labelled so.", ""]
     cant = untestable(f, claims)
     if cant:
         lines.append("**Not testable on this engine** (DESIGN.md, \"What the embedded engine "

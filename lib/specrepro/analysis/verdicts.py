@@ -102,9 +102,10 @@ def drafter_block_sweep(f: Finding) -> Verdict:
     if mtp and best:
         a_b = _mean(c, "acceptance_length", arm=best, concurrency=lo)
         a_m = _mean(c, "acceptance_length", arm=mtp, concurrency=lo)
+        temps = ", ".join(f"T={t:g}" for t in sorted(c["temperature"].unique().to_list()))
         v.checks.append(Check(None if None in (a_b, a_m) else a_b > a_m,
                               f"{_label(f, best)} keeps {_fmt(a_b)} tokens per step at "
-                              f"{lo} stream(s) against MTP's {_fmt(a_m)}"))
+                              f"{lo} stream(s) against MTP's {_fmt(a_m)} ({temps})"))
     else:
         v.checks.append(Check(None, "block drafter against MTP (an arm is missing)"))
     if mtp and k5:
