@@ -31,7 +31,7 @@ def write_cells(results_dir: Path, params: Path, nb: str, figure, n_prompts=None
         prof = next(a for a in study.arms if a.name == cell.arm.name).resolved
         spec = prof.speculative
         row = {
-            "cell_id": results.cell_id(**study.cell_identity(cell, "test")), "status": "ok",
+            "cell_id": results.cell_id(study.cell_identity(cell, "test")), "status": "ok",
             "arm": cell.arm.name, "profile": prof.name, "engine": prof.engine,
             "engine_version": "test", "method": prof.method,
             "num_speculative_tokens": spec.num_speculative_tokens if spec else None,
@@ -92,6 +92,20 @@ def test_rows_made_under_other_parameters_are_left_out(tmp_path):
     f = sa.load_finding(SMOKE, "07_the_bill", "replay", tmp_path)
     assert f.cells.height == sum(1 for _ in study.cells())
     assert set(f.cells["n_prompts"]) == {2}
+
+
+def test_rows_of_the_same_level_under_another_prompt_form_are_left_out(tmp_path):
+    # Same arm, workload name, level and prompt count, but measured in chat form: its cell id
+    # differs, so a study that now asks for completions must not replay it.
+    chat = {"workloads": [{"name": "essays", "n": 2, "form": "chat", "max_tokens": 16}]}
+    completion = {"workloads": [{"name": "essays", "n": 2, "form": "completion",
+                                 "max_tokens": 16}]}
+    write_cells(tmp_path, SMOKE, "07_the_bill", plain, overrides=chat)
+    with pytest.raises(finding_mod.FindingError):
+        sa.load_finding(SMOKE, "07_the_bill", "replay", tmp_path, completion)
+    study = write_cells(tmp_path, SMOKE, "07_the_bill", plain, overrides=completion)
+    f = sa.load_finding(SMOKE, "07_the_bill", "replay", tmp_path, completion)
+    assert f.cells.height == sum(1 for _ in study.cells())
 
 
 def test_overrides_merge_into_the_study_and_unknown_keys_fail(tmp_path):

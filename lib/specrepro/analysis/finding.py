@@ -8,10 +8,10 @@ Design:
   that says how to measure); `run` measures the whole study anew through the harness's
   `run_study`; `auto` replays when every cell the study declares has a stored `ok` row
   that matches it, and measures otherwise (the runner resumes: only missing cells run).
-- A stored row matches a declared cell on its arm, profile, method, draft count, workload,
-  prompt count, concurrency, temperature, repeat and seed; older rows of the same arm and
-  level made under other parameters are left out, so a changed study never mixes its
-  figures with stale ones.
+- A stored row matches a declared cell when its cell id is the one the declared cell has
+  with the row's engine version (`same_identity`); rows of the same arm and level made
+  under other parameters (a profile flag, the prompt form, stop strings) are left out, so
+  a changed study never mixes its figures with stale ones and `auto` measures it anew.
 - Analysis reads results tables only (docs/architecture.md); measuring is delegated.
 """
 
@@ -156,6 +156,7 @@ def stored_cells(store_root: Path, study: ResolvedStudy) -> pl.DataFrame:
         results.CELL_SCHEMA)
     # a null matches a null (no speculation has no draft count)
     joined = cells.join(declared.select(CELL_MATCH), on=CELL_MATCH, how="semi", nulls_equal=True)
+    joined = joined.filter(pl.Series(same_identity(study, joined), dtype=pl.Boolean))
     latest = (joined.sort("ended_at", nulls_last=False)
               .group_by(CELL_KEY, maintain_order=True).last())
     order = {a.name: i for i, a in enumerate(study.arms)}
@@ -163,6 +164,27 @@ def stored_cells(store_root: Path, study: ResolvedStudy) -> pl.DataFrame:
                                 .alias("_order"))
             .sort(["_order", "workload", "concurrency", "temperature", "repeat"])
             .drop("_order"))
+
+
+def same_identity(study: ResolvedStudy, rows: pl.DataFrame) -> list[bool]:
+    """Per stored row: was it measured for one of the declared cells at its level, exactly?
+
+    The row's cell id hashes everything that defines the cell (resolved profile with its
+    flags, workload form, shots, stop strings, sampling, measurement settings, engine
+    version). Recomputing it for the declared cells with the row's own engine version keeps
+    out rows made under other parameters that share the arm, workload name and level.
+    """
+    by_level: dict[tuple, list] = {}
+    for cell in study.cells():
+        level = (cell.arm.name, cell.workload.name, cell.concurrency,
+                 cell.sampling.temperature, cell.repeat)
+        by_level.setdefault(level, []).append(cell)
+    keep = []
+    for row in rows.select([*CELL_KEY, "cell_id", "engine_version"]).iter_rows(named=True):
+        cands = by_level.get(tuple(row[k] for k in CELL_KEY), [])
+        keep.append(any(results.cell_id(study.cell_identity(c, row["engine_version"]))
+                        == row["cell_id"] for c in cands))
+    return keep
 
 
 def missing_cells(store_root: Path, study: ResolvedStudy) -> pl.DataFrame:
