@@ -76,3 +76,17 @@ def test_stop_strings_work_in_plain_and_assisted_generation(tiny_checkpoint):
         r = res.records[0]
         assert r.error is None, r.error
         assert "Question:" not in r.text and "\n\n" not in r.text
+
+
+def test_threads_flag_sets_torch_threads_like_the_server(tiny_checkpoint):
+    import torch
+
+    before = torch.get_num_threads()
+    prof = profile(tiny_checkpoint)
+    prof = prof.model_copy(update={"flags": {**prof.flags, "threads": 1}})
+    try:
+        torch.set_num_threads(2)
+        TransformersPeer(prof).load()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

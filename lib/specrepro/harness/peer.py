@@ -119,6 +119,10 @@ class TransformersPeer:
         flags = self.profile.flags
         device = str(flags.get("device", "cpu"))
         dtype = getattr(torch, str(flags.get("dtype", "float32")))
+        if flags.get("threads") is not None:
+            # The same CPU threads as the server it is compared with (serve.py --threads):
+            # otherwise the comparison measures thread counts, not engines.
+            torch.set_num_threads(int(flags["threads"]))
         target = Path(self.profile.model.id)
         target = target if target.is_absolute() else self.root / target
         if not (target / "config.json").is_file():
