@@ -48,6 +48,7 @@ from torch import nn
 
 from specrepro.embedded.model import (
     MLP,
+    Attention,
     DecoderLayer,
     ModelConfig,
     Qwen3Model,
@@ -249,19 +250,11 @@ class MTPHead(Proposer):
 
 
 # --------------------------------------------------------------------------- block drafter
-class BlockAttention(nn.Module):
-    """Attention of block positions over injected context keys/values and the block."""
+class BlockAttention(Attention):
+    """Attention of block positions over injected context keys/values and the block.
 
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        d, h, kv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.n_heads, self.n_kv, self.head_dim = h, kv, hd
-        self.q_proj = nn.Linear(d, h * hd, bias=False)
-        self.k_proj = nn.Linear(d, kv * hd, bias=False)
-        self.v_proj = nn.Linear(d, kv * hd, bias=False)
-        self.o_proj = nn.Linear(h * hd, d, bias=False)
-        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+    The target's attention layout (same projections, QK-norm and parameter names); only
+    the forward differs: bidirectional inside the block, context keys injected."""
 
     def kv(self, x, cos, sin):
         # x: [B, S, D] -> k, v: [B, KV, S, hd]
