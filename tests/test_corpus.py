@@ -61,3 +61,37 @@ def test_full_domains_deterministic_on_a_slice(tmp_path):
     math = [d for d in a if d.domain == "math"]
     assert "<<" in math[0].text and "\n#### " in math[0].text
     assert all(d.source.startswith("gsm8k/test") for d in math if d.split == "heldout")
+
+
+ARTICLE = ("= A =\n\nIntro one.\nIntro two.\n\n== Sub ==\n\nBody one.\nBody two.\n\n"
+           "=== Empty ===\n\n=== Deep ===\n\nLast.")
+
+
+def test_article_units_sections_and_paragraphs():
+    assert corpus.article_units(ARTICLE) == [ARTICLE]
+    assert corpus.article_units(ARTICLE, "sections") == [
+        "= A =\n\nIntro one.\nIntro two.", "== Sub ==\n\nBody one.\nBody two.",
+        "=== Deep ===\n\nLast."]
+    assert corpus.article_units(ARTICLE, "paragraphs") == [
+        "= A =\n\nIntro one.", "Intro two.", "== Sub ==\n\nBody one.", "Body two.",
+        "=== Empty ===\n\n=== Deep ===\n\nLast."]
+    with pytest.raises(ValueError, match="prose_docs must be one of"):
+        corpus.article_units(ARTICLE, "chapters")
+
+
+def test_options_recorded_in_manifest_only_when_given(tmp_path):
+    root = fake_stdlib(tmp_path / "lib")
+    docs = corpus.code_documents(root=root)
+    assert "prose_docs" not in corpus.write_corpus(docs, tmp_path / "a.jsonl")
+    m = corpus.write_corpus(docs, tmp_path / "b.jsonl", {"prose_docs": "paragraphs"})
+    assert corpus.read_corpus(tmp_path / "b.jsonl")[1]["prose_docs"] == "paragraphs"
+    assert m["sha256"] == corpus.read_corpus(tmp_path / "a.jsonl")[1]["sha256"]
+
+
+@pytest.mark.skipif(not DATA, reason="SPECREPRO_DATA_DIR not set")
+def test_paragraph_prose_keeps_articles_held_out_and_default_sources():
+    arts = corpus.prose_documents(limit=12)
+    paras = corpus.prose_documents(limit=12, prose_docs="paragraphs")
+    assert len(paras) > 5 * len(arts) and all("#" not in d.source for d in arts)
+    held = {d.source for d in arts if d.split == "heldout"}
+    assert held and {d.source.split("#")[0] for d in paras if d.split == "heldout"} == held

@@ -38,3 +38,55 @@ def test_cosine_schedule_warms_up_and_decays_to_floor():
     lrs = [train.cosine_lr(s, 100, 1.0, 10) for s in range(100)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert lrs[-1] == pytest.approx(0.1, abs=1e-3) and lrs[50] < lrs[20]
+
+
+def test_v2_smoke_builds_a_loadable_checkpoint_with_sampled_figures(tmp_path):
+    """The smoke-sized v2: paragraph prose, greedy + sampled distillation, no dflash_light,
+    sampled (T = 0.7) acceptance beside the greedy figures."""
+    from specrepro.embedded import quality
+    from specrepro.embedded.corpus import read_corpus
+
+    out, corpus_file = tmp_path / "v2", tmp_path / "c.jsonl"
+    assert train.main(["--smoke", "--recipe", "v2", "--out", str(out),
+                       "--corpus", str(corpus_file)]) == 0
+    target, tok = load_target(out)
+    assert set(list_drafters(out)) == {"mtp", "dflash", "draft_model"}
+    props = {n: load_proposer(out, m, target, name=n) for n, m in list_drafters(out).items()}
+    assert len(props["dflash"].layers) == 3  # smoke's 2 + 1, as v2 deepens 3 -> 4
+    docs, manifest = read_corpus(corpus_file)
+    assert manifest["prose_docs"] == "paragraphs"
+    report = json.loads((out / "quality.json").read_text())
+    assert report["recipe"]["distill_mix"] == [[0.0, 0.5], [0.7, 0.25], [1.0, 0.25]]
+    rows = report["quality"]["acceptance"]
+    sampled = [r for r in rows if r.get("temperature") == 0.7]
+    assert {r["drafter"] for r in sampled} == {"mtp", "dflash", "draft_model"}
+    assert all(1.0 <= r["tokens_per_step"] <= r["k"] + 1 for r in sampled)
+    assert "sampled at T = 0.7" in (out / "MODEL_CARD.md").read_text()
+    # sampled verification at a near-zero temperature is greedy verification, and a seed
+    # fixes the sampled figures
+    prompts = quality.heldout_prompts(docs, "math", 2, tok, 32)
+    run = lambda t: quality.simulate(target, props["mtp"], prompts, 3, 12, tok.eos_token_id,
+                                     temperature=t, seed=0)
+    assert run(1e-3)["outputs"] == run(0.0)["outputs"]
+    assert run(0.7)["outputs"] == run(0.7)["outputs"]
+    # a corpus built with another prose unit is refused, naming the fix
+    with pytest.raises(SystemExit, match="--prose-docs paragraphs"):
+        train.check_corpus({"sha256": "x"}, corpus_file, train.RECIPES["v2"])
+
+
+def test_default_recipe_is_unchanged_and_v2_fits_the_size_limit():
+    d, v2 = train.RECIPES["default"], train.RECIPES["v2"]
+    assert (d.prose_docs, d.distill_mix, d.drafter_steps) == ("articles", ((0.0, 1.0),), 8000)
+    assert set(d.drafters) == {"mtp", "dflash", "dflash_light", "draft_model"}
+    assert set(v2.drafters) == {"mtp", "dflash", "draft_model"}
+    assert v2.drafters["dflash"]["num_hidden_layers"] == 4
+    # bf16 bytes of the full-size v2 checkpoint's weights: at most 40 MB
+    from specrepro.embedded.drafters import DrafterConfig, build_proposer
+    from specrepro.embedded.model import ModelConfig, Qwen3Model
+    tgt = Qwen3Model(ModelConfig.from_dict(v2.target))
+    n = sum(p.numel() for p in tgt.parameters())
+    for cfg in v2.drafters.values():
+        prop = build_proposer(DrafterConfig.from_dict(cfg), tgt)
+        shared = {id(p) for p in tgt.parameters()}
+        n += sum(p.numel() for p in prop.state_dict(keep_vars=True).values() if id(p) not in shared)
+    assert 2 * n <= 40e6, 2 * n

@@ -9,7 +9,14 @@ Design:
           files outside test folders, every `code_stride`-th held out, the rest
           taken in sorted order up to `code_chars`;
   prose = WikiText-2 (valid + test), detokenized, split into articles at top-level
-          headings; every `prose_holdout_every`-th article held out.
+          headings; every `prose_holdout_every`-th article held out. `prose_docs`
+          chooses the document unit: "articles" (the default corpus), "sections"
+          (an article cut at every heading, the heading kept with its text) or
+          "paragraphs" (every paragraph, a heading joined to the paragraph after
+          it). Smaller units put an end-of-text after every few hundred tokens of
+          prose, so the target learns to end prose instead of looping past its
+          end (EMBEDDED_NOTES lesson 4). Held-out assignment stays per article, so
+          every unit of a held-out article is held out in all three modes.
 - Documents are written one JSON object a line (`domain`, `split`, `source`,
   `text`) to a single file, with `<file>.json` beside it holding its sha256, the
   Python version (the standard library differs between versions: build once,
@@ -85,6 +92,8 @@ def code_documents(code_chars: int = 6_000_000, stride: int = 25, max_file_chars
 
 
 _ARTICLE = re.compile(r"^= [^=].* =$", re.MULTILINE)
+_HEADING = re.compile(r"^=+ .* =+$", re.MULTILINE)
+PROSE_DOCS = ("articles", "sections", "paragraphs")
 
 
 def wikitext_articles(text: str) -> list[str]:
@@ -94,8 +103,33 @@ def wikitext_articles(text: str) -> list[str]:
     return [re.sub(r"\n{3,}", "\n\n", a).strip() for a in arts if a.strip()]
 
 
-def prose_documents(data_dir=None, holdout_every: int = 20,
-                    limit: int | None = None) -> list[Document]:
+def article_units(article: str, prose_docs: str = "articles") -> list[str]:
+    """One article (from `wikitext_articles`) as documents of the chosen unit, in order.
+
+    sections: cut before every heading line ("= T =", "== Sub ==", ...), the heading kept
+    at the top of its text; paragraphs: every line (detokenized WikiText holds one
+    paragraph a line), a heading joined to the paragraph after it. Units with no text beyond a heading are dropped.
+    """
+    if prose_docs not in PROSE_DOCS:
+        raise ValueError(f"prose_docs must be one of {PROSE_DOCS}, got {prose_docs!r}")
+    if prose_docs == "articles":
+        return [article]
+    if prose_docs == "sections":
+        starts = sorted({0, *(m.start() for m in _HEADING.finditer(article))}) + [len(article)]
+        parts = [article[a:b].strip() for a, b in itertools.pairwise(starts)]
+    else:
+        parts, heading = [], ""
+        for para in (p.strip() for p in article.split("\n")):  # one paragraph a line
+            if _HEADING.fullmatch(para):
+                heading = f"{heading}\n\n{para}" if heading else para
+            elif para:
+                parts.append(f"{heading}\n\n{para}" if heading else para)
+                heading = ""
+    return [p for p in parts if p and not _HEADING.fullmatch(p.split("\n\n")[-1])]
+
+
+def prose_documents(data_dir=None, holdout_every: int = 20, limit: int | None = None,
+                    prose_docs: str = "articles") -> list[Document]:
     from specrepro.data import detokenize_wikitext, read_wikitext
 
     docs = []
@@ -103,23 +137,33 @@ def prose_documents(data_dir=None, holdout_every: int = 20,
         arts = wikitext_articles(detokenize_wikitext(read_wikitext(split, data_dir)))[:limit]
         for i, a in enumerate(arts):
             name = "heldout" if i % holdout_every == holdout_every // 2 else "train"
-            docs.append(Document("prose", name, f"wikitext-2/{split}:{i}", a))
+            units = article_units(a, prose_docs)
+            # The default corpus keeps its sources ("wikitext-2/valid:3"), so its bytes and
+            # hash do not change; units are numbered after "#".
+            docs += [Document("prose", name, f"wikitext-2/{split}:{i}"
+                              + ("" if prose_docs == "articles" else f"#{j}"), u)
+                     for j, u in enumerate(units)]
     return docs
 
 
 def build_corpus(data_dir=None, code_chars: int = 6_000_000, limit: int | None = None,
-                 stdlib_root: Path | None = None) -> list[Document]:
+                 stdlib_root: Path | None = None, prose_docs: str = "articles") -> list[Document]:
     """All documents, in a fixed order. `limit` caps rows/articles per source (tests)."""
     code = code_documents(code_chars, root=stdlib_root)
     if limit is not None:
         code = ([d for d in code if d.split == "train"][:limit]
                 + [d for d in code if d.split == "heldout"][:limit])
-    return (math_documents(data_dir, limit) + code + prose_documents(data_dir, limit=limit))
+    return (math_documents(data_dir, limit) + code
+            + prose_documents(data_dir, limit=limit, prose_docs=prose_docs))
 
 
 # --------------------------------------------------------------------------- file
-def write_corpus(docs: list[Document], path: str | Path) -> dict:
-    """Write the documents (JSON lines) and `<path>.json` (hash, sizes); return the latter."""
+def write_corpus(docs: list[Document], path: str | Path, options: dict | None = None) -> dict:
+    """Write the documents (JSON lines) and `<path>.json` (hash, sizes); return the latter.
+
+    `options`: how the corpus was built, when not the default (e.g. {"prose_docs":
+    "sections"}); recorded in the manifest so training can check it matches the recipe.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(json.dumps(asdict(d), ensure_ascii=False) + "\n" for d in docs).encode()
@@ -130,7 +174,8 @@ def write_corpus(docs: list[Document], path: str | Path) -> dict:
         s["documents"] += 1
         s["chars"] += len(d.text)
     manifest = {"file": path.name, "sha256": hashlib.sha256(data).hexdigest(),
-                "bytes": len(data), "python": platform.python_version(), "sizes": sizes}
+                "bytes": len(data), "python": platform.python_version(), "sizes": sizes,
+                **(options or {})}
     Path(f"{path}.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
@@ -159,8 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="corpus file to write (JSON lines)")
     ap.add_argument("--data-dir", default=None, help="default: $SPECREPRO_DATA_DIR")
     ap.add_argument("--code-chars", type=int, default=6_000_000)
+    ap.add_argument("--prose-docs", choices=PROSE_DOCS, default="articles",
+                    help="prose document unit (default: articles, the shipped corpus);"
+                         " train.py's recipe v2 wants sections")
     args = ap.parse_args(argv)
-    manifest = write_corpus(build_corpus(args.data_dir, args.code_chars), args.out)
+    docs = build_corpus(args.data_dir, args.code_chars, prose_docs=args.prose_docs)
+    options = None if args.prose_docs == "articles" else {"prose_docs": args.prose_docs}
+    manifest = write_corpus(docs, args.out, options)
     print(json.dumps(manifest, indent=2))
     return 0
 

@@ -15,7 +15,14 @@ Design:
   held-out WikiText articles.
 - Tokens per step = 1 + accepted drafts / steps (vLLM's acceptance length);
   acceptance at position i = steps whose first i drafts were all accepted / steps.
-- Imports torch and the package's pure-Python metrics only.
+- Sampled acceptance (`sampled_temperature`, off by default): the same loop at
+  temperature T through the same Proposer API, the drafter sampling its drafts
+  from its own warped distribution q and the target verifying them with the
+  lossless rejection rule (`sampling.verify_sampled`: accept x with probability
+  min(1, p(x)/q(x))); one seeded generator per prompt (`sampled_seed` + prompt
+  index), so the figure is reproducible and independent of batching. Its rows
+  carry `temperature`; greedy rows carry none.
+- Imports torch, the package's pure-Python metrics and the embedded sampling rules only.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import torch.nn.functional as F
 from specrepro.embedded.corpus import Document
 from specrepro.embedded.drafters import Proposer
 from specrepro.embedded.model import Qwen3Model
+from specrepro.embedded.sampling import SamplingParams, make_generator, sample, verify_sampled, warp
 from specrepro.embedded.tokenizer import Tokenizer
 from specrepro.metrics import pooled_repeated_ngram_share
 
@@ -45,6 +53,12 @@ class QualitySpec:
     block_ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 9)
     mtp_ks: tuple[int, ...] = (3, 5, 7)
     draft_model_ks: tuple[int, ...] = (3, 5, 7)
+    # sampled acceptance: off when the temperature is None or a method's ks are empty
+    sampled_temperature: float | None = None
+    sampled_seed: int = 0
+    sampled_block_ks: tuple[int, ...] = ()
+    sampled_mtp_ks: tuple[int, ...] = ()
+    sampled_draft_model_ks: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------- prompts
@@ -89,11 +103,43 @@ def perplexity(target: Qwen3Model, tok: Tokenizer, texts: list[str], max_tokens:
 
 
 # --------------------------------------------------------------------------- acceptance
+class Sampled:
+    """Temperature sampling for a batch of slots, one seeded generator per prompt (slot).
+
+    `drafter(slots)` is the `sample` callable a Proposer's `propose` takes (logits [b, V] ->
+    tokens [b]); `verify(slots, drafts, draft_logits, target_logits)` applies the rejection
+    rule and returns (accepted [b], next token [b]).
+    """
+
+    def __init__(self, temperature: float, seed: int, num_slots: int, device):
+        self.params = SamplingParams(temperature=temperature)
+        self.gens = [make_generator(seed + b, device) for b in range(num_slots)]
+
+    def _rows(self, slots):
+        idx = slots.tolist()
+        return [self.params] * len(idx), [self.gens[b] for b in idx]
+
+    def first(self, slot: int, logits):  # logits [V] -> token
+        params, gens = self._rows(torch.tensor([slot]))
+        return sample(warp(logits[None], params), gens)[0]
+
+    def drafter(self, slots):
+        params, gens = self._rows(slots)
+        return lambda logits: sample(warp(logits, params), gens)
+
+    def verify(self, slots, drafts, draft_logits, target_logits):
+        params, gens = self._rows(slots)
+        return verify_sampled(drafts, warp(draft_logits, params), warp(target_logits, params),
+                              gens)
+
+
 @torch.no_grad()
 def simulate(target: Qwen3Model, prop: Proposer, prompts: list[list[int]], k: int,
-             max_new: int, eos_id: int) -> dict:
-    """Greedy speculative decoding of `prompts` (one slot each) with k drafts a step."""
+             max_new: int, eos_id: int, temperature: float = 0.0, seed: int = 0) -> dict:
+    """Speculative decoding of `prompts` (one slot each) with k drafts a step: greedy
+    (temperature 0) or sampled with probabilistic verification (temperature > 0)."""
     dev = next(target.parameters()).device
+    sampled = Sampled(temperature, seed, len(prompts), dev) if temperature > 0 else None
     dtype = next(target.parameters()).dtype
     B = len(prompts)
     max_len = max(len(p) for p in prompts) + max_new + k + 2
@@ -107,26 +153,32 @@ def simulate(target: Qwen3Model, prop: Proposer, prompts: list[list[int]], k: in
         out = target(ids, positions=pos, cache=cache, slots=torch.tensor([b], device=dev),
                      kv_len=len(p), hidden_layers=layers, logits="last")
         prop.observe(torch.tensor([b], device=dev), ids, pos, out.hidden)
-        last[b] = out.logits[0, -1].argmax()
+        last[b] = (out.logits[0, -1].argmax() if sampled is None
+                   else sampled.first(b, out.logits[0, -1]))
     ctx = torch.tensor([len(p) for p in prompts], device=dev)
     outputs = [[int(last[b])] for b in range(B)]
     active = [b for b in range(B) if outputs[b][-1] != eos_id]
     steps, accepted, per_pos = 0, 0, torch.zeros(k, dtype=torch.long)
     while active:
         act = torch.tensor(active, device=dev)
-        drafts, _ = prop.propose(act, ctx[act], last[act], k)
+        drafts, draft_logits = prop.propose(act, ctx[act], last[act], k,
+                                            None if sampled is None else sampled.drafter(act))
         chunk = torch.cat([last[act, None], drafts], 1)  # [b, k+1] verify
         pos = ctx[act, None] + torch.arange(k + 1, device=dev)
         out = target(chunk, positions=pos, cache=cache, slots=act, kv_len=int(pos.max()) + 1,
                      hidden_layers=layers)
-        greedy = out.logits.argmax(-1)  # [b, k+1]: the target's token after each position
-        match = (drafts == greedy[:, :-1]).long().cumprod(1)  # leading accepted drafts
-        n = match.sum(1)
+        if sampled is None:
+            greedy = out.logits.argmax(-1)  # [b, k+1]: the target's token after each position
+            match = (drafts == greedy[:, :-1]).long().cumprod(1)  # leading accepted drafts
+            n = match.sum(1)
+            bonus = greedy.gather(1, n[:, None])[:, 0]
+        else:  # n accepted, bonus = the residual's or the bonus position's sample
+            n, bonus = sampled.verify(act, drafts, draft_logits, out.logits)
+            match = (torch.arange(k, device=dev)[None] < n[:, None]).long()  # [b, k]
         prop.observe(act, chunk, pos, out.hidden)
         steps += len(active)
         accepted += int(n.sum())
         per_pos += match.sum(0).cpu()
-        bonus = greedy.gather(1, n[:, None])[:, 0]
         ctx[act] += n + 1
         last[act] = bonus
         still = []
@@ -152,6 +204,16 @@ def acceptance_ks(prop: Proposer, spec: QualitySpec) -> tuple[int, ...]:
             "draft_model": spec.draft_model_ks}[prop.method]
 
 
+def acceptance_runs(prop: Proposer, spec: QualitySpec) -> list[tuple[int, float]]:
+    """(k, temperature) of every figure for this drafter: the greedy ones, then the sampled."""
+    runs = [(k, 0.0) for k in acceptance_ks(prop, spec)]
+    if spec.sampled_temperature:
+        ks = {"dflash": spec.sampled_block_ks, "mtp": spec.sampled_mtp_ks,
+              "draft_model": spec.sampled_draft_model_ks}[prop.method]
+        runs += [(k, float(spec.sampled_temperature)) for k in ks]
+    return runs
+
+
 def evaluate(target: Qwen3Model, tok: Tokenizer, proposers: dict[str, Proposer],
              docs: list[Document], spec: QualitySpec, log=print) -> dict:
     """All figures: {"perplexity": {domain: ppl}, "acceptance": [rows]}."""
@@ -164,21 +226,26 @@ def evaluate(target: Qwen3Model, tok: Tokenizer, proposers: dict[str, Proposer],
         prompts = heldout_prompts(docs, dom, spec.prompts, tok, spec.prompt_tokens)
         result["prompts"][dom] = len(prompts)
         for name, prop in proposers.items():
-            for k in acceptance_ks(prop, spec):
-                r = simulate(target, prop, prompts, k, max_new[dom], tok.eos_token_id)
+            for k, temp in acceptance_runs(prop, spec):
+                r = simulate(target, prop, prompts, k, max_new[dom], tok.eos_token_id,
+                             temperature=temp, seed=spec.sampled_seed)
                 r.pop("outputs")
                 row = {"drafter": name, "method": prop.method, "domain": dom, **r,
                        "beyond_training": prop.method == "dflash" and k > prop.block_size - 1}
+                if temp:
+                    row["temperature"] = temp
                 result["acceptance"].append(row)
-                log(f"quality {dom:5s} {name:12s} k={k}: {r['tokens_per_step']:.2f} tokens/step,"
-                    f" repeated 4-grams {r['repeated_4gram_share'] or 0:.2f}")
+                at = f" T={temp:g}" if temp else ""
+                log(f"quality {dom:5s} {name:12s} k={k}{at}: {r['tokens_per_step']:.2f}"
+                    f" tokens/step, repeated 4-grams {r['repeated_4gram_share'] or 0:.2f}")
     return result
 
 
 # --------------------------------------------------------------------------- tables
-def _row(res: dict, drafter: str, domain: str, k: int) -> dict | None:
+def _row(res: dict, drafter: str, domain: str, k: int, temperature: float = 0.0) -> dict | None:
     for r in res["acceptance"]:
-        if r["drafter"] == drafter and r["domain"] == domain and r["k"] == k:
+        if (r["drafter"] == drafter and r["domain"] == domain and r["k"] == k
+                and r.get("temperature", 0.0) == temperature):
             return r
     return None
 
@@ -189,14 +256,21 @@ def markdown_tables(res: dict) -> str:
     for dom, ppl in res["perplexity"].items():
         lines.append(f"| {dom} | {ppl:.2f} | {res['prompts'].get(dom, 0)} |")
     drafters = list(dict.fromkeys(r["drafter"] for r in res["acceptance"]))
-    for dom in res["perplexity"]:
-        lines += ["", f"**{dom}**: tokens per step (repeated 4-gram share of the outputs)", "",
+    temps = sorted({r.get("temperature", 0.0) for r in res["acceptance"]})
+    for dom, temp in ((d, t) for t in temps for d in res["perplexity"]):
+        how = (f"sampled at T = {temp:g}, probabilistic verification" if temp
+               else "tokens per step")
+        if not any(r["domain"] == dom and r.get("temperature", 0.0) == temp
+                   for r in res["acceptance"]):
+            continue
+        lines += ["", f"**{dom}**: {how} (repeated 4-gram share of the outputs)", "",
                   ("| drafter | k | tokens/step | acceptance at positions 1..k (%) |"
                    " repeated 4-grams | ended at EOS |"),
                   "| --- | --- | --- | --- | --- | --- |"]
         for name in drafters:
             for r in res["acceptance"]:
-                if r["drafter"] != name or r["domain"] != dom:
+                if (r["drafter"] != name or r["domain"] != dom
+                        or r.get("temperature", 0.0) != temp):
                     continue
                 pp = " / ".join(f"{100 * p:.0f}" for p in r["per_position"])
                 note = " (block extended past training)" if r.get("beyond_training") else ""
@@ -211,6 +285,14 @@ def headline(res: dict, block: str = "dflash", mtp: str = "mtp") -> dict:
     b, m = _row(res, block, "math", 7), _row(res, mtp, "math", 3)
     if b is None or m is None:
         return {}
-    return {"block_k7_tokens_per_step": b["tokens_per_step"],
+    head = {"block_k7_tokens_per_step": b["tokens_per_step"],
             "mtp_k3_tokens_per_step": m["tokens_per_step"],
             "ratio": b["tokens_per_step"] / m["tokens_per_step"]}
+    temps = sorted({r.get("temperature", 0.0) for r in res["acceptance"]} - {0.0})
+    for t in temps:  # the same two figures sampled, when measured
+        bs, ms = _row(res, block, "math", 7, t), _row(res, mtp, "math", 3, t)
+        if bs is not None:
+            head[f"sampled_T{t:g}_block_k7_tokens_per_step"] = bs["tokens_per_step"]
+        if ms is not None:
+            head[f"sampled_T{t:g}_mtp_k3_tokens_per_step"] = ms["tokens_per_step"]
+    return head
