@@ -274,7 +274,7 @@ def train_target(r: Recipe, cfg: ModelConfig, streams, device, gen, log: Log, co
 
 # --------------------------------------------------------------------------- distillation data
 @torch.no_grad()
-def greedy_continuations(target: Qwen3Model, prompts: torch.Tensor, gen_len: int,
+def target_continuations(target: Qwen3Model, prompts: torch.Tensor, gen_len: int,
                          batch: int, temperature: float = 0.0,
                          gen: torch.Generator | None = None) -> torch.Tensor:
     """[N, P] prompts -> [N, P + gen_len]: prompts followed by the target's tokens, greedy
@@ -319,9 +319,10 @@ def distillation_data(target, streams, r: Recipe, gen, log: Log) -> torch.Tensor
                          for d, w in mix.items()])
     t0 = time.time()
     if len(r.distill_mix) == 1 and float(r.distill_mix[0][0]) == 0.0:
-        seqs = greedy_continuations(target, prompts, r.gen_len, r.gen_batch)  # default recipe
+        # all greedy: no shuffle, so the default recipe draws exactly the random numbers it did
+        seqs = target_continuations(target, prompts, r.gen_len, r.gen_batch)
     else:
-        seqs = torch.cat([greedy_continuations(target, p, r.gen_len, r.gen_batch, t, g)
+        seqs = torch.cat([target_continuations(target, p, r.gen_len, r.gen_batch, t, g)
                           for t, p, g in mixed_prompts(prompts, r, gen)])
     log(f"distillation data: {len(seqs):,} continuations of {r.gen_len} tokens after"
         f" {r.prompt_len}-token windows ({mix_label(r.distill_mix)}) in {time.time() - t0:.1f}s")
