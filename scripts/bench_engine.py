@@ -57,8 +57,9 @@ def parse_args(argv=None):
                     help="a directory holding gsm8k/test.jsonl (default: $SPECREPRO_DATA_DIR)")
     ap.add_argument("--prompts", type=int, default=4, help="GSM8K test prompts per measurement")
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--methods", default="mtp,dflash,dflash_light,draft_model,ngram",
-                    help="drafter names of the checkpoint's drafters.json, and ngram")
+    ap.add_argument("--methods", default=None,
+                    help="comma-separated drafter names of the checkpoint's drafters.json, and"
+                         " ngram (default: every stored drafter, then ngram)")
     ap.add_argument("--ks", default="3,4,5,6,7")
     ap.add_argument("--streams", default="1,2,4,8,16")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
@@ -92,7 +93,7 @@ class Bench:
         self.warmed = weakref.WeakKeyDictionary()  # engine -> batch sizes warmed up
 
     def proposer(self, name):
-        """A drafter of the checkpoint by its name in drafters.json (e.g. dflash_light)."""
+        """A drafter of the checkpoint by its name in drafters.json (e.g. dflash)."""
         if name in ("none", "ngram"):
             return None
         if name not in self.proposers:
@@ -289,7 +290,9 @@ def main(argv=None) -> dict:
     print(f"{'none':<13}{0:>3}{1.0:>10.2f}{1.0:>8.2f}{ar['tok_s']:>9.1f}{ar['tok_s']:>10.1f}"
           f"{1.0:>9.2f}{ar['step_ms']:>9.2f}{1.0:>6.2f}", flush=True)
     ks = [int(k) for k in args.ks.split(",")]
-    for method in args.methods.split(","):
+    methods = (args.methods.split(",") if args.methods
+               else [*list_drafters(args.model), "ngram"])
+    for method in methods:
         for k in ks:
             r = b.one_stream(b.engine(method, k), baseline=ar_eng)
             rows.append({"method": method, "k": k, **r})

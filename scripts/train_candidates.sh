@@ -2,11 +2,13 @@
 # Train several recipes at once, one per GPU, and keep the one with the best held-out
 # GSM8K tokens per step of the block drafter at k = 7 (quality.json's headline).
 #
-#   scripts/train_candidates.sh CORPUS OUTDIR RECIPE [RECIPE ...]
+#   scripts/train_candidates.sh CORPUS OUTDIR CANDIDATE [CANDIDATE ...]
 #
-# Each recipe trains on its own GPU (CUDA_VISIBLE_DEVICES=i) into OUTDIR/<recipe>, with its
-# log in OUTDIR/train-<recipe>.log; the winner's name is written to OUTDIR/winner and the
-# comparison is printed. Needs as many GPUs as recipes: the recipes' time budgets are set
+# A candidate is a recipe name, optionally with recipe overrides: RECIPE[:FIELD=JSON...]
+# (e.g. v2-deep:drafter_batch=128). Candidate i trains on GPU i (CUDA_VISIBLE_DEVICES=i)
+# into OUTDIR/c<i>, its log in OUTDIR/train-c<i>.log; the winner's directory name is written
+# to OUTDIR/winner and the comparison is printed. The winner is chosen on the same held-out
+# prompts the model card reports (say so when quoting it). Needs as many GPUs as recipes: the recipes' time budgets are set
 # for one run per GPU, and running two on one GPU would cut both short.
 # TRAIN_ARGS (e.g. "--set time_budget_s=520") is passed to every run.
 # Imports only what `specrepro.embedded.train` imports (the H200 image has no polars).
@@ -23,9 +25,14 @@ fi
 mkdir -p "$outdir"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}lib PYTHONUNBUFFERED=1
 pids=() i=0
-for recipe in "$@"; do
-    CUDA_VISIBLE_DEVICES=$i python3 -m specrepro.embedded.train --recipe "$recipe" \
-        --corpus "$corpus" --out "$outdir/$recipe" ${TRAIN_ARGS:-} >"$outdir/train-$recipe.log" 2>&1 &
+for cand in "$@"; do
+    IFS=: read -r -a parts <<<"$cand"
+    sets=()
+    for kv in "${parts[@]:1}"; do sets+=(--set "$kv"); done
+    echo "c$i: recipe ${parts[0]} ${sets[*]:-} ${TRAIN_ARGS:-}"
+    CUDA_VISIBLE_DEVICES=$i python3 -m specrepro.embedded.train --recipe "${parts[0]}" \
+        --corpus "$corpus" --out "$outdir/c$i" ${TRAIN_ARGS:-} "${sets[@]}" \
+        >"$outdir/train-c$i.log" 2>&1 &
     pids+=($!)
     i=$((i + 1))
 done
@@ -33,12 +40,12 @@ status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 [ $status -eq 0 ] || echo "$0: a training run failed; see $outdir/train-*.log" >&2
 
-python3 - "$outdir" "$@" <<'EOF'
+python3 - "$outdir" "$#" <<'EOF'
 import json, sys
 from pathlib import Path
-out, recipes = Path(sys.argv[1]), sys.argv[2:]
+out, n = Path(sys.argv[1]), int(sys.argv[2])
 best = None
-for r in recipes:
+for r in (f"c{i}" for i in range(n)):
     q = out / r / "quality.json"
     if not q.exists():
         print(f"{r}: no quality.json (run failed or was cut short)")
