@@ -41,6 +41,8 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
+from specrepro.fingerprint import local_model_fingerprint
+
 # ---------------------------------------------------------------------------- errors
 
 
@@ -525,10 +527,17 @@ class Profile(Strict):
         return self.speculative.method if self.speculative else "none"
 
     def identity(self) -> dict:
-        """What defines the measurement (excludes prose and timeouts) for the cell hash."""
-        return self.model_dump(
+        """What defines the measurement (excludes prose and timeouts) for the cell hash.
+        A model or drafter that is a local directory adds its content fingerprint
+        (fingerprint.py), so cells measured on other weights at the same path are not replayed."""
+        ident = self.model_dump(
             mode="json", exclude={"description", "article_arm", "ready_timeout_s"}
         )
+        for key, ref in (("model", self.model), ("drafter", self.drafter)):
+            content = local_model_fingerprint(ref.id) if ref is not None else None
+            if content is not None:
+                ident[key]["content_sha256"] = content
+        return ident
 
 
 WORKLOADS = ("gsm8k", "humaneval", "essays", "prefill")
