@@ -64,6 +64,10 @@ def parse_args(argv=None):
     ap.add_argument("--streams", default="1,2,4,8,16")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
                     help="torch.compile the target forward (CPU)")
+    ap.add_argument("--static-shapes", action=argparse.BooleanOptionalAction, default=None,
+                    help="decode steps as one fixed-shape program (whole-row attention); "
+                         "default: the engine's (on with CUDA graphs). With --compile on the "
+                         "CPU: the whole step through torch.compile, one compile per k")
     ap.add_argument("--compile-best", action="store_true",
                     help="last: the best method and its autoregressive baseline again with "
                          "compile=True (the decode program through torch.compile, then "
@@ -110,6 +114,7 @@ class Bench:
                            max_model_len=self.max_len, max_num_batched_tokens=512,
                            speculative=spec,
                            compile=self.args.compile if compile is None else compile,
+                           static_shapes=self.args.static_shapes,
                            profile=(self.device == "cpu") if profile is None else profile)
         eng = LLMEngine(cfg, model=self.model, tokenizer=self.tok, proposer=self.proposer(name))
         if eng.graph_failures:
@@ -270,11 +275,13 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     b = Bench(args)
     print(f"# bench_engine: {args.model} on {args.device} ({b.dtype}, quantization "
-          f"{args.quantization}, {torch.get_num_threads()} threads, compile={args.compile}), "
+          f"{args.quantization}, {torch.get_num_threads()} threads, compile={args.compile}, "
+          f"static_shapes={args.static_shapes}), "
           f"{len(b.prompts)} GSM8K prompts x {args.max_tokens} tokens, torch "
           f"{torch.__version__}", flush=True)
     result = {"device": args.device, "dtype": b.dtype, "quantization": args.quantization,
               "threads": torch.get_num_threads(), "compile": args.compile,
+              "static_shapes": args.static_shapes,
               "prompts": len(b.prompts), "max_tokens": args.max_tokens,
               "torch": torch.__version__}
     if args.device == "cuda":
