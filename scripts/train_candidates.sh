@@ -8,18 +8,18 @@
 # (e.g. v2-deep:drafter_batch=128). Candidate i trains on GPU i (CUDA_VISIBLE_DEVICES=i)
 # into OUTDIR/c<i>, its log in OUTDIR/train-c<i>.log; the winner's directory name is written
 # to OUTDIR/winner and the comparison is printed. The winner is chosen on the same held-out
-# prompts the model card reports (say so when quoting it). Needs as many GPUs as recipes: the recipes' time budgets are set
-# for one run per GPU, and running two on one GPU would cut both short.
+# prompts the model card reports (say so when quoting it). Needs as many GPUs as candidates:
+# the recipes' time budgets are set for one run per GPU, and two on one GPU would cut both short.
 # TRAIN_ARGS (e.g. "--set time_budget_s=520") is passed to every run.
 # Imports only what `specrepro.embedded.train` imports (the H200 image has no polars).
 set -euo pipefail
-[ $# -ge 3 ] || { echo "usage: $0 CORPUS OUTDIR RECIPE [RECIPE ...]" >&2; exit 2; }
+[ $# -ge 3 ] || { echo "usage: $0 CORPUS OUTDIR CANDIDATE [CANDIDATE ...]" >&2; exit 2; }
 corpus=$1 outdir=$2
 shift 2
 [ -f "$corpus" ] || { echo "$0: corpus file $corpus not found" >&2; exit 2; }
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$gpus" -lt $# ]; then
-    echo "$0: $# recipes need $# GPUs, this machine has $gpus" >&2
+    echo "$0: $# candidates need $# GPUs, this machine has $gpus" >&2
     exit 2
 fi
 mkdir -p "$outdir"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from specrepro import fingerprint
 from specrepro.fingerprint import local_model_fingerprint
 from specrepro.params import load_profile
@@ -50,7 +48,7 @@ def test_large_files_are_sampled_at_their_edges(tmp_path, monkeypatch):
     data[8000] ^= 0xFF  # the middle: not read, by design
     (ck / "model.safetensors").write_bytes(bytes(data))
     assert local_model_fingerprint(str(ck)) == first
-    data[10] ^= 0xFF  # the header end
+    data[10] ^= 0xFF  # the first EDGE bytes (a safetensors header): read
     (ck / "model.safetensors").write_bytes(bytes(data))
     assert local_model_fingerprint(str(ck)) != first
 

@@ -74,13 +74,13 @@ def test_v2_smoke_builds_a_loadable_checkpoint_with_sampled_figures(tmp_path):
         train.check_corpus({"sha256": "x"}, corpus_file, train.RECIPES["v2"])
 
 
-@pytest.mark.parametrize("name", ["v2", "v2-deep"])
+@pytest.mark.parametrize("name", ["v2", "v2-deep", "v3"])
 def test_default_recipe_is_unchanged_and_v2_fits_the_size_limit(name):
     d, v2 = train.RECIPES["default"], train.RECIPES[name]
     assert (d.prose_docs, d.distill_mix, d.drafter_steps) == ("articles", ((0.0, 1.0),), 8000)
     assert set(d.drafters) == {"mtp", "dflash", "dflash_light", "draft_model"}
     assert set(v2.drafters) == {"mtp", "dflash", "draft_model"}
-    assert v2.drafters["dflash"]["num_hidden_layers"] == {"v2": 4, "v2-deep": 6}[name]
+    assert v2.drafters["dflash"]["num_hidden_layers"] == {"v2": 4, "v2-deep": 6, "v3": 6}[name]
     assert v2.prose_docs == "paragraphs" and v2.distill_mix == train.RECIPES["v2"].distill_mix
     # bf16 bytes of the full-size v2 checkpoint's weights: at most 40 MB
     from specrepro.embedded.drafters import DrafterConfig, build_proposer

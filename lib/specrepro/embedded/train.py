@@ -180,7 +180,8 @@ RECIPES["v2-deep"] = replace(RECIPES["v2"], name="v2-deep", drafters=DRAFTERS_V2
 # lands near, not on, the shipped figures. The budget leaves quality 170 s (it took 126 s).
 RECIPES["v3"] = replace(RECIPES["v2-deep"], name="v3", drafter_batch=128, time_budget_s=545.0,
                         quality_reserve_s=170.0)
-SMOKE_OF = {"v2": "smoke-v2", "v2-deep": "smoke-v2", "v3": "smoke-v2"}  # --smoke with --recipe NAME: its smoke-sized variant
+# --smoke with --recipe NAME: its smoke-sized variant
+SMOKE_OF = {"v2": "smoke-v2", "v2-deep": "smoke-v2", "v3": "smoke-v2"}
 
 
 class Log:
