@@ -50,6 +50,10 @@ def parse_args(argv=None):
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--dtype", default=None, help="float32 (CPU default) | bfloat16 (CUDA default)")
     ap.add_argument("--quantization", default="none", choices=["none", "nvfp4"])
+    ap.add_argument("--baseline-dtype", default=None,
+                    help="run the autoregressive baseline (the 'none' row and every pairing) "
+                         "in this dtype instead, e.g. float32 against a bfloat16 run, so a "
+                         "dtype that slows plain decoding cannot flatter the speedup")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: 1 on CPU, where the tiny model's "
                          "kernels are too short to split)")
@@ -89,12 +93,16 @@ class Bench:
         self.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
         tdtype = getattr(torch, self.dtype)
         self.model, self.tok = load_target(args.model, device=args.device, dtype=tdtype)
+        self.base_dtype = args.baseline_dtype or self.dtype
+        self.base_model = (self.model if self.base_dtype == self.dtype else load_target(
+            args.model, device=args.device, dtype=getattr(torch, self.base_dtype))[0])
         self.prompts = gsm8k_prompts(self.tok, args.prompts, args.data_dir)
         self.proposers = {}
         self.drafters = list_drafters(args.model)  # {name: method}
         self.max_len = max(len(p) for p in self.prompts) + args.max_tokens + 16
         self.ar_outputs: list[list[int]] | None = None  # greedy reference, per prompt
         self.warmed = weakref.WeakKeyDictionary()  # engine -> batch sizes warmed up
+        self._fp32 = None  # the target in fp32, for near-tie margins
 
     def proposer(self, name):
         """A drafter of the checkpoint by its name in drafters.json (e.g. dflash)."""
@@ -105,18 +113,23 @@ class Bench:
                                                  self.model, name=name)
         return self.proposers[name]
 
-    def engine(self, name="none", k=0, max_num_seqs=1, profile=None, compile=None):
+    def engine(self, name="none", k=0, max_num_seqs=1, profile=None, compile=None,
+               baseline=False):
+        """An engine for drafter `name` at k drafts; `baseline`: the autoregressive baseline
+        (in --baseline-dtype when given)."""
         method = self.drafters.get(name, name)
+        dtype, model = ((self.base_dtype, self.base_model) if baseline
+                        else (self.dtype, self.model))
         spec = None if method == "none" else {"method": method, "num_speculative_tokens": k,
                                               "prompt_lookup_min": 2, "prompt_lookup_max": 5}
-        cfg = EngineConfig(device=self.device, dtype=self.dtype,
+        cfg = EngineConfig(device=self.device, dtype=dtype,
                            quantization=self.args.quantization, max_num_seqs=max_num_seqs,
                            max_model_len=self.max_len, max_num_batched_tokens=512,
                            speculative=spec,
                            compile=self.args.compile if compile is None else compile,
                            static_shapes=self.args.static_shapes,
                            profile=(self.device == "cpu") if profile is None else profile)
-        eng = LLMEngine(cfg, model=self.model, tokenizer=self.tok, proposer=self.proposer(name))
+        eng = LLMEngine(cfg, model=model, tokenizer=self.tok, proposer=self.proposer(name))
         if eng.graph_failures:
             print(f"# {name} k={k}: {len(eng.graph_failures)} CUDA graph capture(s) fell back",
                   flush=True)
@@ -171,9 +184,29 @@ class Bench:
                "same_as_ar": sum(a == b for a, b in zip(outputs, self.ar_outputs))
                / len(outputs),
                "graph_failures": len(eng.graph_failures)}
+        out["outputs"] = outputs
         if baseline is not None:
             out.update(baseline_tok_s=n / base_wall, speedup=base_wall / wall)
         return out
+
+    @torch.no_grad()
+    def divergence_margins(self, outputs: list[list[int]]) -> list[float]:
+        """For each output that differs from the autoregressive reference: the fp32 target's
+        top-1 minus top-2 logit at the first differing position (a near-tie is a small
+        margin: the two passes' rounding picked different tokens, not the drafter)."""
+        if self._fp32 is None:
+            self._fp32 = (self.model if self.dtype == "float32" else load_target(
+                self.args.model, device=self.device, dtype=torch.float32)[0])
+        fp32 = self._fp32
+        margins = []
+        for p, out, ref in zip(self.prompts, outputs, self.ar_outputs):
+            i = next((j for j, (a, b) in enumerate(zip(out, ref)) if a != b), None)
+            if i is None:
+                continue
+            ids = torch.tensor([p + ref[:i]], device=self.device)
+            top = fp32(ids).logits[0, -1].float().topk(2).values
+            margins.append(float(top[0] - top[1]))
+        return margins
 
     def streams(self, eng, n_streams: int) -> float:
         """n_streams requests at once (closed loop, one wave); aggregate tok/s."""
@@ -243,10 +276,11 @@ def compiled_best(b: Bench, best: dict) -> dict:
     """The best configuration and its autoregressive baseline with compile=True, paired."""
     try:
         t = time.perf_counter()
-        ar = b.engine(compile=True)
+        ar = b.engine(compile=True, baseline=True)
         eng = b.engine(best["method"], best["k"], compile=True)
         build_s = time.perf_counter() - t
         r = b.one_stream(eng, baseline=ar)
+        r.pop("outputs")
     except Exception as e:  # noqa: BLE001 — report, keep the run's other figures
         print(f"\ncompiled best: failed: {type(e).__name__}: {e}", flush=True)
         return {"error": f"{type(e).__name__}: {e}"}
@@ -289,8 +323,12 @@ def main(argv=None) -> dict:
         result["cudnn"] = torch.backends.cudnn.version()
 
     # --- one stream
-    ar_eng = b.engine()
+    ar_eng = b.engine(baseline=True)
     ar = b.one_stream(ar_eng)
+    if b.base_dtype != b.dtype:
+        print(f"# baseline: autoregressive in {b.base_dtype}; speculative rows in {b.dtype}",
+              flush=True)
+        result["baseline_dtype"] = b.base_dtype
     rows = []
     print(f"\n{'method':<13}{'k':>3}{'tok/step':>10}{'accept':>8}{'tok/s':>9}{'AR tok/s':>10}"
           f"{'speedup':>9}{'step ms':>9}{'same':>6}", flush=True)
@@ -302,10 +340,19 @@ def main(argv=None) -> dict:
     for method in methods:
         for k in ks:
             r = b.one_stream(b.engine(method, k), baseline=ar_eng)
+            outputs = r.pop("outputs")
+            if r["same_as_ar"] < 1:
+                r["divergence_margins"] = b.divergence_margins(outputs)
             rows.append({"method": method, "k": k, **r})
             print(f"{method:<13}{k:>3}{r['tokens_per_step']:>10.2f}{r['acceptance_length']:>8.2f}"
                   f"{r['tok_s']:>9.1f}{r['baseline_tok_s']:>10.1f}{r['speedup']:>9.2f}"
                   f"{r['step_ms']:>9.2f}{r['same_as_ar']:>6.2f}", flush=True)
+    margins = sorted(m for r in rows for m in r.get("divergence_margins", []))
+    if margins:
+        print(f"outputs that differ from autoregressive: {len(margins)} (method, k, prompt) "
+              f"triples; fp32 top-1 minus top-2 logit where they first differ: min "
+              f"{margins[0]:.3f}, median {statistics.median(margins):.3f}, max {margins[-1]:.3f}",
+              flush=True)
     ar_tok_s = statistics.median([ar["tok_s"]] + [r["baseline_tok_s"] for r in rows])
     best = max(rows, key=lambda r: r["speedup"]) if rows else None
     if best:
@@ -330,7 +377,7 @@ def main(argv=None) -> dict:
     if best:
         agg[f"{best['method']}_k{best['k']}"] = {}
     print(f"\n{'streams':>8}" + "".join(f"{name:>16}" for name in agg), flush=True)
-    engines = {"none": b.engine(max_num_seqs=max(streams), profile=False)}
+    engines = {"none": b.engine(max_num_seqs=max(streams), profile=False, baseline=True)}
     if best:
         engines[f"{best['method']}_k{best['k']}"] = b.engine(best["method"], best["k"],
                                                              max_num_seqs=max(streams),

@@ -1,0 +1,47 @@
+"""scripts/bench_engine.py runs end to end on the tiny checkpoint (figures are not checked:
+a benchmark prints them; this keeps the script from rotting and checks what it reports)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_engine.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_engine", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bf16_run_against_an_fp32_baseline_reports_pairings_and_near_ties(
+        bench, tiny_checkpoint, capsys):
+    if not os.environ.get("SPECREPRO_DATA_DIR"):
+        pytest.skip("needs SPECREPRO_DATA_DIR (GSM8K test prompts)")
+    res = bench.main(["--model", str(tiny_checkpoint), "--prompts", "2", "--max-tokens", "12",
+                      "--methods", "dflash,ngram", "--ks", "2", "--streams", "1,2",
+                      "--no-transformers", "--dtype", "bfloat16", "--baseline-dtype", "float32"])
+    out = capsys.readouterr().out
+    assert res["baseline_dtype"] == "float32" and res["dtype"] == "bfloat16"
+    assert "# baseline: autoregressive in float32; speculative rows in bfloat16" in out
+    assert [(r["method"], r["k"]) for r in res["methods"]] == [("dflash", 2), ("ngram", 2)]
+    for r in res["methods"]:
+        assert r["speedup"] > 0 and r["baseline_tok_s"] > 0 and 0 <= r["same_as_ar"] <= 1
+        assert "outputs" not in r
+        # every output that differs from the fp32 reference has its margin, and only those
+        assert len(r.get("divergence_margins", [])) == round((1 - r["same_as_ar"]) * 2)
+        assert all(m >= 0 for m in r.get("divergence_margins", []))
+    assert set(res["aggregate_tok_s"]["none"]) == {1, 2}
+
+
+def test_fp32_default_needs_no_second_model(bench, tiny_checkpoint):
+    if not os.environ.get("SPECREPRO_DATA_DIR"):
+        pytest.skip("needs SPECREPRO_DATA_DIR (GSM8K test prompts)")
+    b = bench.Bench(bench.parse_args(["--model", str(tiny_checkpoint), "--prompts", "1"]))
+    assert b.base_model is b.model and b.base_dtype == "float32"
