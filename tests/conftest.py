@@ -10,6 +10,10 @@
   end of the test.
 - `inprocess_server(**engine_config)` (function scope): the aiohttp app and the engine in this
   process (a server thread), so a test can reach into the engine: free slots, fault injection.
+- `one_torch_thread`: torch on one CPU thread for the test (engine tests: microsecond kernels,
+  threads only contend on a shared box); modules opt in with `pytestmark`.
+- `random_prompts(n, seed)` (a function; `from conftest import random_prompts`): token-id
+  prompts of 4-13 tokens, every other one repeating its first three tokens (n-gram hits).
 """
 
 from __future__ import annotations
@@ -26,6 +30,30 @@ from pathlib import Path
 import pytest
 
 READY = re.compile(r"Starting vLLM server on (http://\S+)")
+
+
+@pytest.fixture
+def one_torch_thread():
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # microsecond kernels: threads only contend on a shared box
+    yield
+    torch.set_num_threads(n)
+
+
+def random_prompts(n: int, seed: int) -> list[list[int]]:
+    """n prompts of token ids in [3, 500), 4-13 tokens; odd ones repeat their first three
+    tokens, so n-gram lookup finds matches."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        p = torch.randint(3, 500, (int(torch.randint(4, 14, (1,), generator=g)),),
+                          generator=g).tolist()
+        out.append(p + p[:3] if i % 2 else p)
+    return out
 
 
 @pytest.fixture(scope="session")

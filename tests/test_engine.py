@@ -15,12 +15,7 @@ from specrepro.embedded.sampling import SamplingParams
 GREEDY = SamplingParams(temperature=0.0)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # microsecond kernels: threads only contend on a shared box
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_engine(ckpt, **kw):

@@ -12,30 +12,17 @@ from specrepro.embedded.checkpoint import load_proposer, load_target
 from specrepro.embedded.engine import EngineConfig, EngineRequest, LLMEngine, _DecodeStep
 from specrepro.embedded.sampling import SamplingParams, verify_greedy
 
+from conftest import random_prompts
+
 GREEDY = SamplingParams(temperature=0.0)
 METHODS = ("none", "ngram", "mtp", "dflash", "draft_model")
 K, MAX_TOKENS = 3, 10
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def make_prompts(n=12):
-    g = torch.Generator().manual_seed(7)
-    out = []
-    for i in range(n):
-        p = torch.randint(3, 500, (int(torch.randint(4, 14, (1,), generator=g)),),
-                          generator=g).tolist()
-        out.append(p + p[:3] if i % 2 else p)  # half repeat themselves: n-gram lookup hits
-    return out
-
-
-PROMPTS = make_prompts()
+PROMPTS = random_prompts(12, seed=7)
 
 
 def engine(ckpt, method, static, max_num_seqs, **kw):

@@ -12,31 +12,18 @@ from specrepro.embedded.drafters import DrafterConfig, DraftModel
 from specrepro.embedded.engine import EngineConfig, LLMEngine
 from specrepro.embedded.sampling import SamplingParams, SamplingTensors, warp
 
+from conftest import random_prompts
+
 N_PROMPTS, MAX_TOKENS, K = 52, 8, 3
 METHODS = ("ngram", "mtp", "dflash", "draft_model", "draft_copy")
 P_MIN = 1e-3  # fixed seeds: the test is deterministic, a correct sampler passes
 GREEDY = SamplingParams(temperature=0.0)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def make_prompts():
-    g = torch.Generator().manual_seed(0)
-    out = []
-    for i in range(N_PROMPTS):
-        p = torch.randint(3, 500, (int(torch.randint(4, 14, (1,), generator=g)),),
-                          generator=g).tolist()
-        out.append(p + p[:3] if i % 2 else p)  # half repeat themselves: n-gram lookup hits
-    return out
-
-
-PROMPTS = make_prompts()
+PROMPTS = random_prompts(N_PROMPTS, seed=0)
 
 
 def copy_of_target_drafter(ckpt):
