@@ -41,11 +41,18 @@ def data_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     return Path(value) if value else None
 
 
-def _local_file(root: Path, relative: str, what: str, source: str) -> Path:
+def _local_file(explicit: str | os.PathLike | None, relative: str, what: str,
+                note: str = "") -> Path:
+    """`relative` under the data directory (`explicit`, else $SPECREPRO_DATA_DIR); a
+    DataError that names the variable, the directory and the path when it is missing."""
+    root = data_dir(explicit)
+    if root is None:
+        raise DataError(f"{what}: {DATA_DIR_ENV} is not set; set it to a directory holding "
+                        f"{relative}{note}")
     path = root / relative
     if not path.is_file():
         hint = "" if root.is_dir() else f" (the directory {root} does not exist)"
-        raise DataError(f"{what}: {source}={root}, tried {path}, no such file{hint}")
+        raise DataError(f"{what}: {_source(explicit)}={root}, tried {path}, no such file{hint}")
     return path
 
 
@@ -64,13 +71,8 @@ def _check_split(split: str, allowed: tuple[str, ...], dataset: str) -> None:
 def gsm8k_path(split: str, root: str | os.PathLike | None = None) -> Path:
     """The local JSONL file of a GSM8K split; DataError if it (or the directory) is missing."""
     _check_split(split, GSM8K_SPLITS, "GSM8K")
-    base = data_dir(root)
-    if base is None:
-        raise DataError(
-            f"GSM8K {split}: {DATA_DIR_ENV} is not set; set it to a directory holding "
-            f"gsm8k/{split}.jsonl (the layout of the hub dataset {GSM8K_HUB[0]})"
-        )
-    return _local_file(base, f"gsm8k/{split}.jsonl", f"GSM8K {split}", _source(root))
+    return _local_file(root, f"gsm8k/{split}.jsonl", f"GSM8K {split}",
+                       f" (the layout of the hub dataset {GSM8K_HUB[0]})")
 
 
 def read_gsm8k(split: str, root: str | os.PathLike | None = None) -> list[dict]:
@@ -112,13 +114,7 @@ def load_gsm8k(split: str, root: str | os.PathLike | None = None):
 def read_wikitext(split: str, root: str | os.PathLike | None = None) -> str:
     """The tokenized raw text of a WikiText-2 split (``valid`` or ``test``)."""
     _check_split(split, WIKITEXT_SPLITS, "WikiText-2")
-    base = data_dir(root)
-    if base is None:
-        raise DataError(
-            f"WikiText-2 {split}: {DATA_DIR_ENV} is not set; set it to a directory "
-            f"holding wikitext-2/{split}.txt"
-        )
-    path = _local_file(base, f"wikitext-2/{split}.txt", f"WikiText-2 {split}", _source(root))
+    path = _local_file(root, f"wikitext-2/{split}.txt", f"WikiText-2 {split}")
     return path.read_text(encoding="utf-8")
 
 
