@@ -229,6 +229,15 @@ def fp8_drafter_gates(f: Finding) -> Verdict:
     return v
 
 
+def _tok_s_against(c: pl.DataFrame, arm: str, other: str, level: int, slower: bool = False
+                   ) -> tuple[bool | None, float | None, float | None]:
+    """Mean aggregate tok/s of `arm` and `other` at `level` streams, and whether `arm` is
+    faster (or, with `slower`, slower); None when either was not measured there."""
+    a = _mean(c, "agg_tok_s", arm=arm, concurrency=level)
+    b = _mean(c, "agg_tok_s", arm=other, concurrency=level)
+    return (None if None in (a, b) else (a < b if slower else a > b)), a, b
+
+
 def draft_schedule_under_load(f: Finding) -> Verdict:
     c, v = f.cells, Verdict(f.notebook_id)
     lo, hi = c["concurrency"].min(), c["concurrency"].max()
@@ -253,9 +262,7 @@ def draft_schedule_under_load(f: Finding) -> Verdict:
     plain = _arm(c, "none")
     k7 = _arm(c, "dflash", 7)
     if plain and k7:
-        s_lo, p_lo = (_mean(c, "agg_tok_s", arm=k7, concurrency=lo),
-                      _mean(c, "agg_tok_s", arm=plain, concurrency=lo))
-        ok = None if None in (s_lo, p_lo) else s_lo > p_lo
+        ok, s_lo, p_lo = _tok_s_against(c, k7, plain, lo)
         v.checks.append(Check(ok, f"static 7 drafts {'beats' if ok else 'does not beat'} no "
                                   f"speculation at {lo} stream(s) ({_fmt(s_lo, 1)} against "
                                   f"{_fmt(p_lo, 1)} tok/s)"))
@@ -264,16 +271,12 @@ def draft_schedule_under_load(f: Finding) -> Verdict:
             if any(r[2] == 0 for r in json.loads(s))]
     main = [a for a in dict.fromkeys(sched["arm"].to_list()) if a not in tail]
     if main and k7:
-        s_hi, k7_hi = (_mean(c, "agg_tok_s", arm=main[0], concurrency=hi),
-                       _mean(c, "agg_tok_s", arm=k7, concurrency=hi))
-        ok = None if None in (s_hi, k7_hi) else s_hi > k7_hi
+        ok, s_hi, k7_hi = _tok_s_against(c, main[0], k7, hi)
         v.checks.append(Check(ok, f"the schedule {'beats' if ok else 'does not beat'} static 7 "
                                   f"drafts at {hi} streams ({_fmt(s_hi, 1)} against "
                                   f"{_fmt(k7_hi, 1)} tok/s)"))
     if tail and plain:
-        t_hi, p_hi = (_mean(c, "agg_tok_s", arm=tail[0], concurrency=hi),
-                      _mean(c, "agg_tok_s", arm=plain, concurrency=hi))
-        ok = None if None in (t_hi, p_hi) else t_hi < p_hi
+        ok, t_hi, p_hi = _tok_s_against(c, tail[0], plain, hi, slower=True)
         v.checks.append(Check(ok, f"the zero-draft tail is {'slower' if ok else 'not slower'} "
                                   f"than no speculation at {hi} streams ({_fmt(t_hi, 1)} against "
                                   f"{_fmt(p_hi, 1)} tok/s)"))
