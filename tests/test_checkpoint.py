@@ -53,7 +53,7 @@ def test_errors_name_what_is_wrong(tiny_checkpoint, tmp_path):
         load_proposer(tiny_checkpoint, "eagle", target)
     with pytest.raises(ValueError, match="is 'mtp', asked for 'dflash'"):
         load_proposer(tiny_checkpoint, "dflash", target, name="mtp")
-    with pytest.raises(FileNotFoundError, match="no drafter 'dflash_light'"):
-        load_proposer(tiny_checkpoint, "dflash", target, name="dflash_light")
+    with pytest.raises(FileNotFoundError, match="no drafter 'dflash_heavy'"):
+        load_proposer(tiny_checkpoint, "dflash", target, name="dflash_heavy")
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_target(tmp_path)

@@ -15,7 +15,7 @@ from specrepro.embedded.sampling import SamplingParams, verify_greedy
 from conftest import random_prompts
 
 GREEDY = SamplingParams(temperature=0.0)
-METHODS = ("none", "ngram", "mtp", "dflash", "draft_model")
+METHODS = ("none", "ngram", "mtp", "dflash", "dflash_light", "draft_model")
 K, MAX_TOKENS = 3, 10
 
 
@@ -28,6 +28,8 @@ PROMPTS = random_prompts(12, seed=7)
 def engine(ckpt, method, static, max_num_seqs, **kw):
     spec = None if method == "none" else {"method": method, "num_speculative_tokens": K,
                                           "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    if method == "dflash_light":  # the light block drafter on dflash's first layer, by name
+        spec.update(method="dflash", model="dflash_light")
     return LLMEngine(EngineConfig(model_dir=str(ckpt), max_num_seqs=max_num_seqs,
                                   max_model_len=64, max_num_batched_tokens=64,
                                   speculative=spec, static_shapes=static, **kw))

@@ -15,7 +15,7 @@ from specrepro.embedded.sampling import SamplingParams, SamplingTensors, warp
 from conftest import random_prompts
 
 N_PROMPTS, MAX_TOKENS, K = 52, 8, 3
-METHODS = ("ngram", "mtp", "dflash", "draft_model", "draft_copy")
+METHODS = ("ngram", "mtp", "dflash", "dflash_light", "draft_model", "draft_copy")
 P_MIN = 1e-3  # fixed seeds: the test is deterministic, a correct sampler passes
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -42,8 +42,10 @@ def copy_of_target_drafter(ckpt):
 
 def run(ckpt, method, quant, batched, prompts=PROMPTS):
     spec = None if method == "none" else {
-        "method": "draft_model" if method == "draft_copy" else method,
+        "method": {"draft_copy": "draft_model", "dflash_light": "dflash"}.get(method, method),
         "num_speculative_tokens": K, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    if method == "dflash_light":  # the light block drafter on dflash's first layer, by name
+        spec["model"] = "dflash_light"
     cfg = EngineConfig(model_dir=str(ckpt), max_num_seqs=8 if batched else 1, max_model_len=64,
                        max_num_batched_tokens=64, quantization=quant, speculative=spec)
     proposer = None

@@ -13,7 +13,8 @@ Design:
 - Weights are stored in bf16 (the size budget) and loaded in the dtype asked for.
   Tied embeddings are stored once (`model.embed_tokens.weight`), as transformers does.
 - The MTP head and block drafter borrow the target's embedding and output head, so
-  `load_proposer` takes the loaded target.
+  `load_proposer` takes the loaded target. A light block drafter on a trunk (drafters.py)
+  stores only its own tensors; the trunk's come from the trunk drafter's folder.
 - `build_random_checkpoint` writes a tiny, randomly initialised, complete
   checkpoint in about a second, for other modules' tests.
 - Imports torch, safetensors, tokenizers, jinja2 only.
@@ -73,7 +74,19 @@ def save_checkpoint(directory: str | Path, target: Qwen3Model, tokenizer: Tokeni
     """Write the target, tokenizer and each drafter (in subfolder `name`)."""
     d = Path(directory)
     save_hf_model(d, target, tokenizer, dtype)
-    index = {}
+    save_drafters(d, target, tokenizer, proposers, dtype)
+    if card is not None:
+        (d / "MODEL_CARD.md").write_text(card)
+    return d
+
+
+def save_drafters(directory: str | Path, target: Qwen3Model, tokenizer: Tokenizer,
+                  proposers: dict[str, Proposer], dtype: torch.dtype = torch.bfloat16,
+                  add: bool = False) -> None:
+    """Write each drafter in subfolder `name` and the index; `add` keeps the drafters the
+    index already lists (a drafter added to a trained checkpoint)."""
+    d = Path(directory)
+    index = list_drafters(d) if add else {}
     for name, prop in proposers.items():
         sub = d / name
         sub.mkdir(parents=True, exist_ok=True)
@@ -83,13 +96,11 @@ def save_checkpoint(directory: str | Path, target: Qwen3Model, tokenizer: Tokeni
         else:
             meta["target_hidden_size"] = target.config.hidden_size
             (sub / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
-            save_file(_tensors(prop, dtype), str(sub / "model.safetensors"),
+            skip = tuple(prop.trunk_names()) if hasattr(prop, "trunk_names") else ()
+            save_file(_tensors(prop, dtype, skip), str(sub / "model.safetensors"),
                       metadata={"format": "pt"})
         index[name] = prop.method
     (d / "drafters.json").write_text(json.dumps(index, indent=2) + "\n")
-    if card is not None:
-        (d / "MODEL_CARD.md").write_text(card)
-    return d
 
 
 def load_target(directory: str | Path, device="cpu",
@@ -129,10 +140,44 @@ def load_proposer(directory: str | Path, method: str, target: Qwen3Model, device
     prop = PROPOSERS[method](cfg, target.config, target)
     if method == "draft_model":
         _load_into(prop.model, sub / "model.safetensors", _tied_skip(prop.model_cfg))
+    elif cfg.trunk:
+        state = {**_trunk_state(directory, cfg, cfg_path, prop.trunk_names()),
+                 **load_file(str(sub / "model.safetensors"))}
+        missing, unexpected = prop.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"{sub / 'model.safetensors'} with its trunk: missing tensors "
+                             f"{missing}, unexpected {unexpected}")
     else:
         _load_into(prop, sub / "model.safetensors")
     ref = next(target.parameters())
     return prop.to(device=device or ref.device, dtype=dtype or ref.dtype).eval()
+
+
+def _trunk_state(directory, cfg: DrafterConfig, cfg_path: Path,
+                 keys: list[str]) -> dict[str, torch.Tensor]:
+    """The tensors a light block drafter borrows from its trunk drafter's file, after checking
+    that the trunk is a block drafter of the same shape (context layers, block, width)."""
+    name = cfg.trunk["drafter"]
+    tpath = Path(directory) / name / "config.json"
+    if not tpath.is_file():
+        raise FileNotFoundError(f"{cfg_path}: trunk.drafter {name!r} is not stored in "
+                                f"{directory} ({tpath} missing)")
+    tcfg = DrafterConfig.from_dict(json.loads(tpath.read_text())[DRAFTER_KEY])
+    wrong = [f"{key} {mine!r} != {theirs!r}" for key, mine, theirs in (
+        ("method", "dflash", tcfg.method),
+        ("target_layers", cfg.target_layers, tcfg.target_layers),
+        ("block_size", cfg.block_size, tcfg.block_size),
+        ("trunk.intermediate_size", cfg.trunk["intermediate_size"], tcfg.intermediate_size))
+        if mine != theirs]
+    if cfg.trunk["layers"] > tcfg.num_hidden_layers:
+        wrong.append(f"trunk.layers {cfg.trunk['layers']} > its {tcfg.num_hidden_layers} layers")
+    if tcfg.trunk:
+        wrong.append("the trunk has a trunk itself")
+    if wrong:
+        raise ValueError(f"{cfg_path}: trunk drafter {name!r} ({tpath}) does not fit: "
+                         + "; ".join(wrong))
+    return {k: v for k, v in load_file(str(Path(directory) / name / "model.safetensors")).items()
+            if k in keys}
 
 
 # --------------------------------------------------------------------------- tiny checkpoint
@@ -142,6 +187,10 @@ TINY_TARGET = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hi
 TINY_DRAFTERS = {
     "mtp": DrafterConfig("mtp", 1, 128),
     "dflash": DrafterConfig("dflash", 2, 128, target_layers=(0, 2, 3)),
+    # a light block drafter on the one above: its first layer, then one narrower own layer
+    "dflash_light": DrafterConfig("dflash", 1, 64, target_layers=(0, 2, 3),
+                                  trunk={"drafter": "dflash", "layers": 1,
+                                         "intermediate_size": 128}),
     "draft_model": DrafterConfig("draft_model", draft=dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=1, head_dim=16)),
@@ -164,5 +213,8 @@ def build_random_checkpoint(directory: str | Path, seed: int = 0,
     model = Qwen3Model(cfg)
     model.init_weights(std=0.1)
     props = {name: build_proposer(c, model) for name, c in TINY_DRAFTERS.items()}
+    for c, prop in zip(TINY_DRAFTERS.values(), props.values()):
+        if c.trunk:
+            prop.init_from_trunk(props[c.trunk["drafter"]].state_dict())
     card = "# Random tiny checkpoint\n\nBuilt by `build_random_checkpoint` for tests.\n"
     return save_checkpoint(directory, model, tok, props, card)

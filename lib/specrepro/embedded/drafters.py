@@ -78,11 +78,32 @@ class DrafterConfig:
     mtp_train_depth: int = 1
     # draft_model only: its own small model (a Hugging Face Qwen3 config).
     draft: dict = field(default_factory=dict)
+    # dflash only: {"drafter": name, "layers": L, "intermediate_size": m}: the first L layers
+    # (MLP m wide), `fc`, `hidden_norm` and `mask_embedding` are those of the stored block
+    # drafter `name`; this drafter's own layers run after them.
+    trunk: dict = field(default_factory=dict)
+
+    TRUNK_KEYS = ("drafter", "layers", "intermediate_size")
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"drafter method {self.method!r} not in {METHODS}")
         self.target_layers = tuple(int(i) for i in self.target_layers)
+        if self.trunk:
+            if self.method != "dflash":
+                raise ValueError(f"drafter config 'trunk': only a dflash drafter has one, "
+                                 f"not {self.method!r}")
+            if sorted(self.trunk) != sorted(self.TRUNK_KEYS):
+                raise ValueError(f"drafter config 'trunk' {self.trunk!r}: expected exactly the "
+                                 f"keys {list(self.TRUNK_KEYS)}")
+            for key in ("layers", "intermediate_size"):
+                v = self.trunk[key]
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    raise ValueError(f"drafter config 'trunk.{key}' must be an integer >= 1,"
+                                     f" got {v!r}")
+            if not isinstance(self.trunk["drafter"], str) or not self.trunk["drafter"]:
+                raise ValueError(f"drafter config 'trunk.drafter' must name a stored drafter,"
+                                 f" got {self.trunk['drafter']!r}")
 
     @classmethod
     def from_dict(cls, d: dict) -> DrafterConfig:
@@ -95,6 +116,8 @@ class DrafterConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["target_layers"] = list(self.target_layers)
+        if not d["trunk"]:  # drafters without one keep the configs stored before trunks
+            del d["trunk"]
         return d
 
     def layer_config(self, target: ModelConfig) -> ModelConfig:
@@ -302,10 +325,47 @@ class BlockDrafter(Proposer):
         self.block_size = cfg.block_size
         self.fc = nn.Linear(len(cfg.target_layers) * d, d, bias=False)
         self.hidden_norm = RMSNorm(d, target_cfg.rms_norm_eps)
-        self.layers = nn.ModuleList(BlockLayer(self.layer_cfg) for _ in range(cfg.num_hidden_layers))
+        trunk = []
+        if cfg.trunk:
+            trunk_cfg = replace(target_cfg, num_hidden_layers=cfg.trunk["layers"],
+                                intermediate_size=cfg.trunk["intermediate_size"])
+            trunk = [BlockLayer(trunk_cfg) for _ in range(cfg.trunk["layers"])]
+        self.layers = nn.ModuleList(
+            trunk + [BlockLayer(self.layer_cfg) for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(d, target_cfg.rms_norm_eps)
         self.mask_embedding = nn.Parameter(torch.zeros(d))
         self.shared = SharedTarget(target)
+
+    def trunk_names(self) -> list[str]:
+        """State-dict keys read from the trunk drafter's file (none without a trunk)."""
+        if not self.cfg.trunk:
+            return []
+        n = self.cfg.trunk["layers"]
+        return [k for k in self.state_dict()
+                if k.split(".")[0] in ("fc", "hidden_norm", "mask_embedding")
+                or (k.startswith("layers.") and int(k.split(".")[1]) < n)]
+
+    @torch.no_grad()
+    def init_from_trunk(self, trunk_state: dict[str, torch.Tensor]) -> None:
+        """Load the trunk's tensors from `trunk_state` (the trunk drafter's state dict) and
+        freeze them; start own layer i from the trunk's layer L+i (its first MLP units when
+        the own MLP is narrower) and the own final norm from the trunk's, so training begins
+        at the trunk drafter's own next computation."""
+        n, borrowed = self.cfg.trunk["layers"], set(self.trunk_names())
+        own = self.state_dict()  # views of the parameters: copying into them sets the weights
+        for key in borrowed:
+            own[key].copy_(trunk_state[key])
+        for key, dst in own.items():
+            if not key.startswith("layers.") or int(key.split(".")[1]) < n:
+                continue
+            i, rest = int(key.split(".")[1]), key.split(".", 2)[2]
+            src = trunk_state.get(f"layers.{i}.{rest}")
+            if src is None:  # more own layers than the trunk drafter has: keep the random init
+                continue
+            dst.copy_(src[tuple(slice(0, s) for s in dst.shape)])
+        own["norm.weight"].copy_(trunk_state["norm.weight"])
+        for name, prm in self.named_parameters():
+            prm.requires_grad_(name not in borrowed)
 
     def _rope(self, positions, dtype):
         return rope_cos_sin(positions, self.target_cfg.head_dim, self.target_cfg.rope_theta, dtype)
