@@ -76,6 +76,8 @@ models: $(STAMP)
 	$(PY) -m specrepro.embedded.corpus --prose-docs paragraphs --out build/corpus/corpus-v2.jsonl
 	$(PY) -m specrepro.embedded.train --recipe v3 --corpus build/corpus/corpus-v2.jsonl \
 		--out models/embedded
+	$(PY) -m specrepro.embedded.train --recipe light --from models/embedded \
+		--corpus build/corpus/corpus-v2.jsonl --out models/embedded
 
 FORCE:
 

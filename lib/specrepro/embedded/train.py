@@ -14,6 +14,12 @@ Design (the recipe is data: `RECIPES`; EMBEDDED_NOTES.md gives the reasons):
    batch gives the hidden states they read and the labels (the target's argmax).
 5. quality figures (`quality.py`) and the checkpoint with its model card.
 
+`--from DIR` adds drafters to a trained checkpoint instead: it loads DIR's target and
+tokenizer, regenerates the distillation data from the same corpus and trains only the
+recipe's drafters that DIR does not store (recipe `light`: a light block drafter on the
+stored one's first layers, drafters.py), then writes their folders, their quality figures
+(`quality-<recipe>.json`) and a model-card section beside the rest.
+
 CUDA when present, else the CPU (smoke runs only). `--smoke` is a tiny recipe
 that runs end to end in well under a minute on a CPU. Imports torch, numpy,
 tokenizers, safetensors, jinja2, pyyaml only.
@@ -25,6 +31,7 @@ import argparse
 import json
 import math
 import platform
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -35,7 +42,13 @@ import torch
 import torch.nn.functional as F
 
 from specrepro.embedded import quality
-from specrepro.embedded.checkpoint import save_checkpoint
+from specrepro.embedded.checkpoint import (
+    list_drafters,
+    load_proposer,
+    load_target,
+    save_checkpoint,
+    save_drafters,
+)
 from specrepro.embedded.corpus import Document, build_corpus, read_corpus, write_corpus
 from specrepro.embedded.drafters import DrafterConfig, Proposer, build_proposer
 from specrepro.embedded.model import ModelConfig, Qwen3Model
@@ -180,8 +193,44 @@ RECIPES["v2-deep"] = replace(RECIPES["v2"], name="v2-deep", drafters=DRAFTERS_V2
 # lands near, not on, the shipped figures. The budget leaves quality 170 s (it took 126 s).
 RECIPES["v3"] = replace(RECIPES["v2-deep"], name="v3", drafter_batch=128, time_budget_s=545.0,
                         quality_reserve_s=170.0)
+# Light block drafters on the shipped v3 block drafter (`--from models/embedded`): the trunk's
+# first L layers (frozen, borrowed: no bytes) plus one own layer with a 256-wide MLP (0.69M
+# parameters, 1.38 MB; a 384-wide one would take the checkpoint past 40 MB) and its own norm.
+# The sweep trained L = 1, 2, 3 side by side on the same batches (H200, 8,817 steps x 128 in
+# 237 s; lr 7e-4 on a second GPU was 0.02-0.10 worse everywhere). Held-out GSM8K, block k = 7
+# tokens per step, and the engine's speedup at one stream on 8 GSM8K test prompts:
+#   L   layers run   k=7 (math)   H200 bf16 graphs   2-core CPU fp32
+#   1   2            2.58         1.53x              -
+#   2   3            2.90         1.49x              1.35x
+#   3   4            3.31         1.51x              1.46x
+#   heavy (v3) 6     3.79         1.28x              1.29x
+# `light` (shipped as dflash_light) is L = 3: the best on the CPU, within noise of the best on
+# the H200, and the most acceptance of the three.
+LIGHT_QUALITY = dict(block_ks=(3, 5, 7), mtp_ks=(), draft_model_ks=(), **SAMPLED_QUALITY)
+
+
+def light_drafter(layers: int) -> dict:
+    return dict(method="dflash", num_hidden_layers=1, intermediate_size=256,
+                target_layers=[1, 3, 5],
+                trunk={"drafter": "dflash", "layers": layers, "intermediate_size": 384})
+
+
+RECIPES["light-sweep"] = replace(
+    RECIPES["v3"], name="light-sweep", drafters={f"dflash_t{n}": light_drafter(n) for n in (1, 2, 3)},
+    time_budget_s=430.0, quality_reserve_s=120.0, quality={**LIGHT_QUALITY, "block_ks": (7,)})
+RECIPES["light"] = replace(RECIPES["v3"], name="light", drafters={"dflash_light": light_drafter(3)},
+                           time_budget_s=370.0, quality_reserve_s=120.0,
+                           quality={**LIGHT_QUALITY, "block_ks": (1, 2, 3, 4, 5, 6, 7, 9)})
+RECIPES["smoke-light"] = replace(
+    RECIPES["smoke-v2"], name="smoke-light",
+    drafters={"dflash_light": dict(light_drafter(1), intermediate_size=64, target_layers=[0, 2, 3],
+                                   trunk={"drafter": "dflash", "layers": 1,
+                                          "intermediate_size": 128})},
+    quality={**RECIPES["smoke-v2"].quality, "mtp_ks": (), "draft_model_ks": (),
+             "sampled_mtp_ks": (), "sampled_draft_model_ks": ()})
 # --smoke with --recipe NAME: its smoke-sized variant
-SMOKE_OF = {"v2": "smoke-v2", "v2-deep": "smoke-v2", "v3": "smoke-v2"}
+SMOKE_OF = {"v2": "smoke-v2", "v2-deep": "smoke-v2", "v3": "smoke-v2", "light": "smoke-light",
+            "light-sweep": "smoke-light"}
 
 
 class Log:
@@ -374,14 +423,25 @@ def mixed_prompts(prompts: torch.Tensor, r: Recipe, gen: torch.Generator):
 
 # --------------------------------------------------------------------------- drafters
 def train_drafters(target: Qwen3Model, seqs: torch.Tensor, r: Recipe, device, gen, log: Log,
-                   compile_: bool, deadline: float | None = None
+                   compile_: bool, deadline: float | None = None, stored: Path | None = None
                    ) -> tuple[dict[str, Proposer], dict]:
+    """Train the recipe's drafters together; a drafter on a trunk starts from (and freezes)
+    the trunk drafter stored in `stored`."""
     target.requires_grad_(False)
-    props = {name: build_proposer(DrafterConfig.from_dict(d), target).to(device).train()
-             for name, d in r.drafters.items()}
+    props = {}
+    for name, d in r.drafters.items():
+        cfg = DrafterConfig.from_dict(d)
+        prop = build_proposer(cfg, target)
+        if cfg.trunk:
+            if stored is None:
+                raise ValueError(f"drafter {name!r} sits on a stored drafter: pass `stored`")
+            trunk = load_proposer(stored, "dflash", target, device="cpu", dtype=torch.float32,
+                                  name=cfg.trunk["drafter"])
+            prop.init_from_trunk(trunk.state_dict())
+        props[name] = prop.to(device).train()
     L = target.config.num_hidden_layers
     layers = sorted({i % L for p in props.values() for i in p.target_layers} | {L - 1})
-    params = [p for prop in props.values() for p in prop.parameters()]
+    params = [p for prop in props.values() for p in prop.parameters() if p.requires_grad]
     opt = adamw(params, r.drafter_lr, 0.01)
     amp = torch.autocast(device_type=device.type, dtype=torch.bfloat16,
                          enabled=device.type == "cuda")
@@ -408,7 +468,7 @@ def train_drafters(target: Qwen3Model, seqs: torch.Tensor, r: Recipe, device, ge
     step_fn = maybe_compile(losses_fn, compile_, log)
     hist: dict[str, list] = {n: [] for n in props}
     t_start = time.time()
-    sizes = ", ".join(f"{n} {sum(p.numel() for p in pr.parameters()) / 1e6:.2f}M"
+    sizes = ", ".join(f"{n} {sum(p.numel() for p in pr.parameters() if p.requires_grad) / 1e6:.2f}M"
                       for n, pr in props.items())
     log(f"drafters: {sizes}; up to {r.drafter_steps} steps of {r.drafter_batch} sequences")
     total, probe = r.drafter_steps, (10, 40)  # steps between which the step rate is timed
@@ -543,6 +603,9 @@ def parse_args(argv):
     ap.add_argument("--corpus", type=Path, default=None,
                     help="corpus file (corpus.py); built (and written) when missing")
     ap.add_argument("--out", type=Path, default=Path("models/embedded"))
+    ap.add_argument("--from", dest="from_dir", type=Path, default=None, metavar="CHECKPOINT",
+                    help="add the recipe's drafters to this trained checkpoint (its target and"
+                         " tokenizer are kept); writes into --out, a copy when it differs")
     ap.add_argument("--quality-json", type=Path, default=None, help="default: OUT/quality.json")
     ap.add_argument("--device", default=None, help="default: cuda when present, else cpu")
     ap.add_argument("--seed", type=int, default=None)
@@ -578,9 +641,15 @@ def main(argv: list[str] | None = None) -> int:
     hardware = (torch.cuda.get_device_name(device) if device.type == "cuda"
                 else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)")
     log(f"recipe {r.name}, seed {r.seed}, device {hardware}, compile {compile_}")
+    trunked = sorted(n for n, d in r.drafters.items() if d.get("trunk"))
+    if trunked and args.from_dir is None:
+        raise SystemExit(f"recipe {r.name!r}: drafters {trunked} sit on a stored block drafter:"
+                         " train it with --from CHECKPOINT")
 
     docs, manifest = load_or_build_corpus(args.corpus, r, log)
     check_corpus(manifest, args.corpus, r)
+    if args.from_dir is not None:
+        return add_drafters(args, argv, r, log, device, hardware, compile_, gen, docs, manifest)
     tok = train_bpe([d.text for d in docs if d.split == "train"], r.vocab_size)
     log(f"tokenizer: {tok.vocab_size} tokens; corpus sha256 {manifest['sha256'][:16]}…")
     streams = token_streams(docs, tok, device)
@@ -619,6 +688,85 @@ def main(argv: list[str] | None = None) -> int:
     qpath.write_text(json.dumps(report, indent=2, default=str) + "\n")
     log(f"checkpoint in {out} ({sizes['all files'] / 1e6:.2f} MB); headline {report['headline']}")
     return 0
+
+
+def add_drafters(args, argv, r: Recipe, log: Log, device, hardware: str, compile_: bool, gen,
+                 docs, manifest) -> int:
+    """`--from`: train the recipe's drafters that the checkpoint lacks, on its target."""
+    src, out = args.from_dir, args.out
+    if not (src / "config.json").is_file():
+        raise SystemExit(f"--from {src}: no config.json there, not a trained checkpoint")
+    stored = list_drafters(src)
+    clash = sorted(set(r.drafters) & set(stored))
+    if clash:
+        raise SystemExit(f"--from {src}: drafters {clash} are stored there already (drafters.json);"
+                         f" recipe {r.name!r} would overwrite them")
+    target, tok = load_target(src, device=device)
+    log(f"target and tokenizer from {src}: {sum(p.numel() for p in target.parameters()) / 1e6:.2f}M"
+        f" parameters, {tok.vocab_size} tokens; stored drafters {sorted(stored)}")
+    streams = token_streams(docs, tok, device)
+    t0 = time.time()
+    seqs = distillation_data(target, streams, r, gen, log)
+    distill_s = time.time() - t0
+    deadline = (None if r.time_budget_s is None
+                else log.t0 + r.time_budget_s - r.quality_reserve_s)
+    props, dstats = train_drafters(target, seqs, r, device, gen, log, compile_, deadline, src)
+    del seqs
+    if out.resolve() != src.resolve():
+        shutil.copytree(src, out, dirs_exist_ok=True)
+    save_drafters(out, target.cpu(), tok, {n: p.cpu() for n, p in props.items()}, add=True)
+    log(f"drafters {sorted(props)} added to {out}")
+    t0 = time.time()
+    target_fp32 = target.to(device).float()
+    props = {n: p.to(device).float() for n, p in props.items()}
+    q = quality.evaluate(target_fp32, tok, props, docs, quality.QualitySpec(**r.quality), log)
+    info = {"hardware": hardware, "wall_s": log.elapsed(), "drafters": dstats,
+            "distill_wall_s": distill_s, "quality_wall_s": time.time() - t0, "corpus": manifest}
+    sizes = dir_sizes(out)
+    section = added_drafters_card(r, argv, info, q, sizes)
+    card = out / "MODEL_CARD.md"
+    card.write_text(replace_section(card.read_text() if card.is_file() else "", section))
+    qpath = args.quality_json or out / f"quality-{r.name}.json"
+    qpath.write_text(json.dumps({"recipe": asdict(r), "info": info, "sizes": sizes, "quality": q},
+                                indent=2, default=str) + "\n")
+    log(f"checkpoint in {out} ({sizes['all files'] / 1e6:.2f} MB); figures in {qpath}")
+    return 0
+
+
+def added_drafters_card(r: Recipe, argv, info: dict, q: dict, sizes: dict) -> str:
+    """A model-card section of its own (`## Added drafters: recipe NAME`) for `--from` runs."""
+    lines = [
+        f"## Added drafters: recipe `{r.name}`", "",
+        f"Trained by `specrepro train {' '.join(argv)}` (seed {r.seed}) on the target above.", "",
+        "| item | value |", "| --- | --- |",
+        f"| hardware | {info['hardware']} |",
+        f"| wall time | {info['wall_s']:.0f} s (distillation data {info['distill_wall_s']:.0f} s,"
+        f" drafters {info['drafters']['wall_s']:.0f} s, quality {info['quality_wall_s']:.0f} s) |",
+        f"| distillation | {r.n_continuations:,} {distill_words(r)} continuations of {r.gen_len}"
+        f" tokens after {r.prompt_len}-token corpus windows, corpus sha256"
+        f" `{info['corpus']['sha256'][:16]}…` |",
+        f"| drafter training | {info['drafters']['steps']} steps (of {r.drafter_steps}) x"
+        f" {r.drafter_batch} sequences, lr {r.drafter_lr}; final losses "
+        + ", ".join(f"{n} {v:.3f}" for n, v in info["drafters"]["final_loss"].items()) + " |",
+        "| sizes (bf16 safetensors) | " + ", ".join(f"{n} {sizes[n] / 1e6:.2f} MB"
+                                                    for n in r.drafters if n in sizes)
+        + f"; all files {sizes['all files'] / 1e6:.2f} MB |",
+        "", "| name | method | config |", "| --- | --- | --- |",
+    ]
+    lines += [f"| {n} | {d['method']} | `{json.dumps(d)}` |" for n, d in r.drafters.items()]
+    lines += ["", quality.markdown_tables(q).strip(), ""]
+    return "\n".join(lines)
+
+
+def replace_section(card: str, section: str) -> str:
+    """`card` with the `## ` section of the same heading replaced by `section` (appended when
+    absent), so a re-run updates its section instead of adding a second one."""
+    head = section.split("\n", 1)[0]
+    start = card.find(head + "\n")
+    if start < 0:
+        return card.rstrip("\n") + "\n\n" + section
+    end = card.find("\n## ", start + len(head))
+    return card[:start] + section + ("" if end < 0 else card[end:])
 
 
 if __name__ == "__main__":
