@@ -28,6 +28,7 @@ def test_weights_change_the_fingerprint_and_prose_does_not(tmp_path):
     assert first is not None and len(first) == 16
     (ck / "MODEL_CARD.md").write_text("another card")
     (ck / "quality.json").write_text('{"x": 1}')
+    (ck / "quality-light.json").write_text('{"x": 2}')  # an added drafter's training report
     assert local_model_fingerprint(str(ck)) == first
     data = bytearray((ck / "sub" / "model.safetensors").read_bytes())
     data[2000] ^= 0xFF  # one byte of a drafter's weights

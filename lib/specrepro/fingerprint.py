@@ -6,7 +6,7 @@ Design:
   this a retrained checkpoint would replay cells measured on the old weights.
 - `local_model_fingerprint(id)`: None when `id` is not an existing directory (a hub id);
   else sha256 over the sorted relative paths of its files and their contents. Prose that
-  does not change what is served (`*.md`, the training report `quality.json`) is left out.
+  does not change what is served (`*.md`, the training reports `quality*.json`) is left out.
   Files above `FULL_HASH_LIMIT` (a 27B model's shards) contribute their size and their first
   and last MiB instead of every byte, so fingerprinting stays fast; the embedded checkpoint
   (~40 MB) is hashed in full.
@@ -18,18 +18,19 @@ Design:
 from __future__ import annotations
 
 import hashlib
+from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
 SKIP_SUFFIXES = (".md",)
-SKIP_NAMES = ("quality.json",)
+SKIP_NAMES = ("quality*.json",)  # fnmatch patterns
 FULL_HASH_LIMIT = 256 * 2**20
 EDGE = 2**20
 
 
 def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*")
-                  if p.is_file() and p.suffix not in SKIP_SUFFIXES and p.name not in SKIP_NAMES
+                  if p.is_file() and p.suffix not in SKIP_SUFFIXES and not any(fnmatch(p.name, pat) for pat in SKIP_NAMES)
                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
