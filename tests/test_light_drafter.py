@@ -187,3 +187,16 @@ def test_replace_section_updates_in_place():
     new = train.replace_section(card, "## Added drafters: recipe `x`\n\nnew\n")
     assert new == "# Card\n\ntext\n\n## Added drafters: recipe `x`\n\nnew\n\n## Notes\n\nkept\n"
     assert train.replace_section("# Card\n", "## S\n\nbody\n") == "# Card\n\n## S\n\nbody\n"
+
+
+def test_kv_budget_counts_a_cache_for_every_layer_run(tiny_checkpoint):
+    """The light drafter keeps a context K/V cache in each of its layers, the trunk's too: the
+    engine's KV budget must be charged for all of them."""
+    target, _ = load_target(tiny_checkpoint)
+    heavy = load_proposer(tiny_checkpoint, "dflash", target)
+    light = load_proposer(tiny_checkpoint, "dflash", target, name="dflash_light")
+    for prop in (heavy, light):
+        prop.allocate(2, 16)
+        cache_bytes = sum(t.numel() * t.element_size() for kv in prop.ctx_cache for t in kv)
+        assert prop.kv_bytes_per_token() * 2 * 16 == cache_bytes
+    assert light.kv_bytes_per_token() == heavy.kv_bytes_per_token()  # 1 + 1 layers, as 2

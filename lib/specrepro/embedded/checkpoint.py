@@ -40,12 +40,15 @@ def _tensors(module: torch.nn.Module, dtype: torch.dtype, skip: tuple[str, ...] 
             if k not in skip}
 
 
-def _load_into(module: torch.nn.Module, path: Path, allow_missing: tuple[str, ...] = ()) -> None:
-    state = load_file(str(path))
+def _load_into(module: torch.nn.Module, path: Path, allow_missing: tuple[str, ...] = (),
+               borrowed: dict[str, torch.Tensor] | None = None) -> None:
+    """Load `path` (plus `borrowed` tensors read elsewhere: a light drafter's trunk) strictly."""
+    state = {**(borrowed or {}), **load_file(str(path))}
     missing, unexpected = module.load_state_dict(state, strict=False)
     missing = [k for k in missing if k not in allow_missing]
     if missing or unexpected:
-        raise ValueError(f"{path}: missing tensors {missing}, unexpected {unexpected}")
+        what = f"{path} with its trunk" if borrowed else f"{path}"
+        raise ValueError(f"{what}: missing tensors {missing}, unexpected {unexpected}")
 
 
 def _tied_skip(cfg: ModelConfig) -> tuple[str, ...]:
@@ -140,15 +143,9 @@ def load_proposer(directory: str | Path, method: str, target: Qwen3Model, device
     prop = PROPOSERS[method](cfg, target.config, target)
     if method == "draft_model":
         _load_into(prop.model, sub / "model.safetensors", _tied_skip(prop.model_cfg))
-    elif cfg.trunk:
-        state = {**_trunk_state(directory, cfg, cfg_path, prop.trunk_names()),
-                 **load_file(str(sub / "model.safetensors"))}
-        missing, unexpected = prop.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise ValueError(f"{sub / 'model.safetensors'} with its trunk: missing tensors "
-                             f"{missing}, unexpected {unexpected}")
     else:
-        _load_into(prop, sub / "model.safetensors")
+        borrowed = _trunk_state(directory, cfg, cfg_path, prop.trunk_names()) if cfg.trunk else None
+        _load_into(prop, sub / "model.safetensors", borrowed=borrowed)
     ref = next(target.parameters())
     return prop.to(device=device or ref.device, dtype=dtype or ref.dtype).eval()
 

@@ -421,7 +421,9 @@ class BlockDrafter(Proposer):
                            torch.zeros(shape, device=device, dtype=dtype)) for _ in self.layers]
 
     def kv_bytes_per_token(self):
-        return self.layer_cfg.kv_bytes_per_token(self._cache_dtype)
+        # one context K/V cache per layer run, the trunk's included (allocate)
+        per_layer = replace(self.layer_cfg, num_hidden_layers=1).kv_bytes_per_token(self._cache_dtype)
+        return len(self.layers) * per_layer
 
     @torch.no_grad()
     def observe(self, slots, tokens, positions, hidden):
