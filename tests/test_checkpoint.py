@@ -57,3 +57,18 @@ def test_errors_name_what_is_wrong(tiny_checkpoint, tmp_path):
         load_proposer(tiny_checkpoint, "dflash", target, name="dflash_heavy")
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_target(tmp_path)
+
+
+def test_a_drafter_folder_the_index_does_not_list_is_refused(tiny_checkpoint, tmp_path):
+    """A full rebuild rewrites drafters.json; a drafter folder it left behind (e.g. a light
+    drafter on the old block drafter) must not load silently."""
+    import shutil
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    target, _ = load_target(ckpt)
+    index = json.loads((ckpt / "drafters.json").read_text())
+    del index["dflash_light"]
+    (ckpt / "drafters.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match=r"dflash_light is not listed in .*drafters.json .*leftover"):
+        load_proposer(ckpt, "dflash", target, name="dflash_light")
+    assert load_proposer(ckpt, "dflash", target).method == "dflash"  # listed ones still load

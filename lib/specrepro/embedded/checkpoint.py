@@ -126,7 +126,8 @@ def list_drafters(directory: str | Path) -> dict[str, str]:
 def load_proposer(directory: str | Path, method: str, target: Qwen3Model, device=None,
                   dtype: torch.dtype | None = None, name: str | None = None) -> Proposer:
     """The drafter stored in subfolder `name` (default: the method's name) of `directory`.
-    Device and dtype default to the target's."""
+    Device and dtype default to the target's. In a checkpoint (a directory with drafters.json)
+    the drafter must be listed there: a folder a rebuild left behind sat on the old weights."""
     if method not in PROPOSERS:
         raise ValueError(f"unknown drafter method {method!r}; expected one of {sorted(PROPOSERS)}")
     sub = Path(directory) / (name or method)
@@ -134,6 +135,11 @@ def load_proposer(directory: str | Path, method: str, target: Qwen3Model, device
     if not cfg_path.is_file():
         raise FileNotFoundError(f"no drafter {name or method!r} in {directory} ({cfg_path} missing;"
                                 f" stored: {list_drafters(directory)})")
+    index = Path(directory) / "drafters.json"
+    if index.is_file() and (name or method) not in list_drafters(directory):
+        raise ValueError(f"drafter folder {sub} is not listed in {index} (stored:"
+                         f" {list_drafters(directory)}): a leftover of an earlier build, trained"
+                         " on other weights; rebuild it (`make models`) or remove it")
     raw = json.loads(cfg_path.read_text())
     if DRAFTER_KEY not in raw:
         raise ValueError(f"{cfg_path}: no {DRAFTER_KEY!r} key")
