@@ -351,15 +351,14 @@ class BlockDrafter(Proposer):
         freeze them; start own layer i from the trunk's layer L+i (its first MLP units when
         the own MLP is narrower) and the own final norm from the trunk's, so training begins
         at the trunk drafter's own next computation."""
-        n, borrowed = self.cfg.trunk["layers"], set(self.trunk_names())
+        borrowed = set(self.trunk_names())
         own = self.state_dict()  # views of the parameters: copying into them sets the weights
         for key in borrowed:
             own[key].copy_(trunk_state[key])
         for key, dst in own.items():
-            if not key.startswith("layers.") or int(key.split(".")[1]) < n:
+            if key in borrowed or not key.startswith("layers."):
                 continue
-            i, rest = int(key.split(".")[1]), key.split(".", 2)[2]
-            src = trunk_state.get(f"layers.{i}.{rest}")
+            src = trunk_state.get(key)  # own layer L+i <- the trunk drafter's layer L+i
             if src is None:  # more own layers than the trunk drafter has: keep the random init
                 continue
             dst.copy_(src[tuple(slice(0, s) for s in dst.shape)])
@@ -422,8 +421,8 @@ class BlockDrafter(Proposer):
 
     def kv_bytes_per_token(self):
         # one context K/V cache per layer run, the trunk's included (allocate)
-        per_layer = replace(self.layer_cfg, num_hidden_layers=1).kv_bytes_per_token(self._cache_dtype)
-        return len(self.layers) * per_layer
+        return replace(self.layer_cfg, num_hidden_layers=len(self.layers)).kv_bytes_per_token(
+            self._cache_dtype)
 
     @torch.no_grad()
     def observe(self, slots, tokens, positions, hidden):

@@ -388,7 +388,7 @@ def distillation_data(target, streams, r: Recipe, gen, log: Log) -> torch.Tensor
     prompts = torch.cat([windows(streams[d], round(r.n_continuations * w / total), r.prompt_len, gen)
                          for d, w in mix.items()])
     t0 = time.time()
-    if len(r.distill_mix) == 1 and float(r.distill_mix[0][0]) == 0.0:
+    if greedy_only(r):
         # all greedy: no shuffle, so the default recipe draws exactly the random numbers it did
         seqs = target_continuations(target, prompts, r.gen_len, r.gen_batch)
     else:
@@ -397,6 +397,10 @@ def distillation_data(target, streams, r: Recipe, gen, log: Log) -> torch.Tensor
     log(f"distillation data: {len(seqs):,} continuations of {r.gen_len} tokens after"
         f" {r.prompt_len}-token windows ({mix_label(r.distill_mix)}) in {time.time() - t0:.1f}s")
     return seqs
+
+
+def greedy_only(r: Recipe) -> bool:
+    return len(r.distill_mix) == 1 and float(r.distill_mix[0][0]) == 0.0
 
 
 def mix_label(distill_mix) -> str:
@@ -428,16 +432,18 @@ def train_drafters(target: Qwen3Model, seqs: torch.Tensor, r: Recipe, device, ge
     """Train the recipe's drafters together; a drafter on a trunk starts from (and freezes)
     the trunk drafter stored in `stored`."""
     target.requires_grad_(False)
-    props = {}
+    props, trunks = {}, {}  # trunks: the stored drafters' state dicts, read once each
     for name, d in r.drafters.items():
         cfg = DrafterConfig.from_dict(d)
         prop = build_proposer(cfg, target)
         if cfg.trunk:
             if stored is None:
                 raise ValueError(f"drafter {name!r} sits on a stored drafter: pass `stored`")
-            trunk = load_proposer(stored, "dflash", target, device="cpu", dtype=torch.float32,
-                                  name=cfg.trunk["drafter"])
-            prop.init_from_trunk(trunk.state_dict())
+            t = cfg.trunk["drafter"]
+            if t not in trunks:
+                trunks[t] = load_proposer(stored, "dflash", target, device="cpu",
+                                          dtype=torch.float32, name=t).state_dict()
+            prop.init_from_trunk(trunks[t])
         props[name] = prop.to(device).train()
     L = target.config.num_hidden_layers
     layers = sorted({i % L for p in props.values() for i in p.target_layers} | {L - 1})
@@ -536,9 +542,8 @@ def model_card(r: Recipe, argv, info: dict, q: dict, sizes: dict) -> str:
         + " |",
         "",
         "## Drafters", "",
-        "| name | method | config |", "| --- | --- | --- |",
+        *drafters_table(r),
     ]
-    lines += [f"| {n} | {d['method']} | `{json.dumps(d)}` |" for n, d in r.drafters.items()]
     lines += ["", "## Quality (greedy, generation stops at end of text)", ""]
     if head:
         lines += [f"Held-out GSM8K: block drafter at 7 drafts {head['block_k7_tokens_per_step']:.2f}"
@@ -555,8 +560,12 @@ def model_card(r: Recipe, argv, info: dict, q: dict, sizes: dict) -> str:
 
 
 def distill_words(r: Recipe) -> str:
-    greedy_only = len(r.distill_mix) == 1 and float(r.distill_mix[0][0]) == 0.0
-    return "greedy" if greedy_only else f"({mix_label(r.distill_mix)})"
+    return "greedy" if greedy_only(r) else f"({mix_label(r.distill_mix)})"
+
+
+def drafters_table(r: Recipe) -> list[str]:
+    return (["| name | method | config |", "| --- | --- | --- |"]
+            + [f"| {n} | {d['method']} | `{json.dumps(d)}` |" for n, d in r.drafters.items()])
 
 
 def dir_sizes(out: Path) -> dict[str, int]:
@@ -656,23 +665,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ModelConfig.from_dict({**r.target, "vocab_size": tok.vocab_size,
                                  "eos_token_id": tok.eos_token_id})
     target, tstats = train_target(r, cfg, streams, device, gen, log, compile_)
-    t0 = time.time()
-    seqs = distillation_data(target, streams, r, gen, log)
-    distill_s = time.time() - t0
-    deadline = (None if r.time_budget_s is None
-                else log.t0 + r.time_budget_s - r.quality_reserve_s)
-    props, dstats = train_drafters(target, seqs, r, device, gen, log, compile_, deadline)
-    del seqs
+    props, dstats, distill_s = distill_and_train_drafters(target, streams, r, device, gen, log,
+                                                          compile_)
     out = args.out
     # Save before the quality figures, so a run cut short still leaves a checkpoint.
     save_checkpoint(out, target.cpu(), tok, {n: p.cpu() for n, p in props.items()})
     log(f"checkpoint saved in {out}")
 
-    t0 = time.time()
-    target_fp32 = target.to(device).float()
-    props = {n: p.to(device).float() for n, p in props.items()}
-    q = quality.evaluate(target_fp32, tok, props, docs, quality.QualitySpec(**r.quality), log)
-    quality_s = time.time() - t0
+    q, quality_s = quality_figures(target, tok, props, docs, r, device, log)
 
     info = {"hardware": hardware, "wall_s": log.elapsed(), "target": tstats, "drafters": dstats,
             "distill_wall_s": distill_s, "quality_wall_s": quality_s, "corpus": manifest,
@@ -690,6 +690,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def distill_and_train_drafters(target, streams, r: Recipe, device, gen, log: Log, compile_: bool,
+                               stored: Path | None = None):
+    """Distillation data from the frozen target, then the recipe's drafters on it, stopping
+    early enough to leave the recipe's quality reserve: (drafters, stats, distillation s)."""
+    t0 = time.time()
+    seqs = distillation_data(target, streams, r, gen, log)
+    distill_s = time.time() - t0
+    deadline = (None if r.time_budget_s is None
+                else log.t0 + r.time_budget_s - r.quality_reserve_s)
+    props, dstats = train_drafters(target, seqs, r, device, gen, log, compile_, deadline, stored)
+    return props, dstats, distill_s
+
+
+def quality_figures(target, tok, props, docs, r: Recipe, device, log: Log):
+    """The quality figures in fp32 (`quality.py`) and the seconds they took."""
+    t0 = time.time()
+    target_fp32 = target.to(device).float()
+    props = {n: p.to(device).float() for n, p in props.items()}
+    q = quality.evaluate(target_fp32, tok, props, docs, quality.QualitySpec(**r.quality), log)
+    return q, time.time() - t0
+
+
 def add_drafters(args, argv, r: Recipe, log: Log, device, hardware: str, compile_: bool, gen,
                  docs, manifest) -> int:
     """`--from`: train the recipe's drafters that the checkpoint lacks, on its target."""
@@ -705,23 +727,15 @@ def add_drafters(args, argv, r: Recipe, log: Log, device, hardware: str, compile
     log(f"target and tokenizer from {src}: {sum(p.numel() for p in target.parameters()) / 1e6:.2f}M"
         f" parameters, {tok.vocab_size} tokens; stored drafters {sorted(stored)}")
     streams = token_streams(docs, tok, device)
-    t0 = time.time()
-    seqs = distillation_data(target, streams, r, gen, log)
-    distill_s = time.time() - t0
-    deadline = (None if r.time_budget_s is None
-                else log.t0 + r.time_budget_s - r.quality_reserve_s)
-    props, dstats = train_drafters(target, seqs, r, device, gen, log, compile_, deadline, src)
-    del seqs
+    props, dstats, distill_s = distill_and_train_drafters(target, streams, r, device, gen, log,
+                                                          compile_, stored=src)
     if out.resolve() != src.resolve():
         shutil.copytree(src, out, dirs_exist_ok=True)
     save_drafters(out, target.cpu(), tok, {n: p.cpu() for n, p in props.items()}, add=True)
     log(f"drafters {sorted(props)} added to {out}")
-    t0 = time.time()
-    target_fp32 = target.to(device).float()
-    props = {n: p.to(device).float() for n, p in props.items()}
-    q = quality.evaluate(target_fp32, tok, props, docs, quality.QualitySpec(**r.quality), log)
+    q, quality_s = quality_figures(target, tok, props, docs, r, device, log)
     info = {"hardware": hardware, "wall_s": log.elapsed(), "drafters": dstats,
-            "distill_wall_s": distill_s, "quality_wall_s": time.time() - t0, "corpus": manifest}
+            "distill_wall_s": distill_s, "quality_wall_s": quality_s, "corpus": manifest}
     sizes = dir_sizes(out)
     section = added_drafters_card(r, argv, info, q, sizes)
     card = out / "MODEL_CARD.md"
@@ -751,9 +765,8 @@ def added_drafters_card(r: Recipe, argv, info: dict, q: dict, sizes: dict) -> st
         "| sizes (bf16 safetensors) | " + ", ".join(f"{n} {sizes[n] / 1e6:.2f} MB"
                                                     for n in r.drafters if n in sizes)
         + f"; all files {sizes['all files'] / 1e6:.2f} MB |",
-        "", "| name | method | config |", "| --- | --- | --- |",
+        "", *drafters_table(r),
     ]
-    lines += [f"| {n} | {d['method']} | `{json.dumps(d)}` |" for n, d in r.drafters.items()]
     lines += ["", quality.markdown_tables(q).strip(), ""]
     return "\n".join(lines)
 
