@@ -72,6 +72,9 @@ def parse_args(argv=None):
                     help="decode steps as one fixed-shape program (whole-row attention); "
                          "default: the engine's (on with CUDA graphs). With --compile on the "
                          "CPU: the whole step through torch.compile, one compile per k")
+    ap.add_argument("--weight-layout", default="auto", choices=["auto", "k_major", "row_major"],
+                    help="linear weights' memory layout (default: the engine's, K-major on the "
+                         "CPU in float32)")
     ap.add_argument("--compile-best", action="store_true",
                     help="last: the best method and its autoregressive baseline again with "
                          "compile=True (the decode program through torch.compile, then "
@@ -128,6 +131,7 @@ class Bench:
                            speculative=spec,
                            compile=self.args.compile if compile is None else compile,
                            static_shapes=self.args.static_shapes,
+                           weight_layout=self.args.weight_layout,
                            profile=(self.device == "cpu") if profile is None else profile)
         eng = LLMEngine(cfg, model=model, tokenizer=self.tok, proposer=self.proposer(name))
         if eng.graph_failures:
@@ -310,12 +314,12 @@ def main(argv=None) -> dict:
     b = Bench(args)
     print(f"# bench_engine: {args.model} on {args.device} ({b.dtype}, quantization "
           f"{args.quantization}, {torch.get_num_threads()} threads, compile={args.compile}, "
-          f"static_shapes={args.static_shapes}), "
+          f"static_shapes={args.static_shapes}, weight_layout={args.weight_layout}), "
           f"{len(b.prompts)} GSM8K prompts x {args.max_tokens} tokens, torch "
           f"{torch.__version__}", flush=True)
     result = {"device": args.device, "dtype": b.dtype, "quantization": args.quantization,
               "threads": torch.get_num_threads(), "compile": args.compile,
-              "static_shapes": args.static_shapes,
+              "static_shapes": args.static_shapes, "weight_layout": args.weight_layout,
               "prompts": len(b.prompts), "max_tokens": args.max_tokens,
               "torch": torch.__version__}
     if args.device == "cuda":

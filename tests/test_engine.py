@@ -204,3 +204,79 @@ def test_fp8_drafter_is_quantized_statically_and_stays_lossless(tiny_checkpoint)
     assert eng.generate(ps, GREEDY, 8, ignore_eos=True) == \
         make_engine(tiny_checkpoint).generate(ps, GREEDY, 8, ignore_eos=True)
     assert_nothing_held(eng)
+
+
+# ---------------------------------------------------------------- weight layout
+def _linear_weights(module):
+    from specrepro.embedded.quant import QuantLinear
+    return [m.weight for m in module.modules() if isinstance(m, (torch.nn.Linear, QuantLinear))]
+
+
+def test_k_major_relayout_keeps_values_shapes_and_ties():
+    from specrepro.embedded.engine import relayout_linear_weights
+    from specrepro.embedded.model import ModelConfig, Qwen3Model
+    torch.manual_seed(0)
+    model = Qwen3Model(ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=2,
+                                   num_key_value_heads=1, head_dim=16)).eval()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids = torch.randint(0, 64, (2, 9))
+    ref = model(ids).logits
+    n = relayout_linear_weights(model, k_major=True)
+    assert n == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the (tied) output head
+    for w in _linear_weights(model):
+        assert w.t().is_contiguous() and not w.is_contiguous()  # [out, in] stored [in, out]
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # the tie survives
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name]), name
+    assert torch.allclose(model(ids).logits, ref, atol=1e-5, rtol=0)
+    assert relayout_linear_weights(model, k_major=True) == 0  # idempotent
+    assert relayout_linear_weights(model, k_major=False) == n
+    assert all(w.is_contiguous() for w in _linear_weights(model))
+
+
+def test_quantized_linear_weights_relayout_too():
+    from specrepro.embedded.engine import relayout_linear_weights
+    from specrepro.embedded.quant import QuantLinear
+    lin = torch.nn.Linear(32, 16, bias=False)
+    q = QuantLinear(lin, "nvfp4", 1.0)
+    x = torch.randn(3, 32)
+    ref = q(x)
+    assert relayout_linear_weights(q, k_major=True) == 1
+    assert q.weight.t().is_contiguous() and "weight" in dict(q.named_buffers())
+    assert torch.allclose(q(x), ref, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("dtype,layout,k_major", [
+    ("float32", "auto", True), ("bfloat16", "auto", False),
+    ("float32", "row_major", False), ("bfloat16", "k_major", True)])
+def test_engine_weight_layout(tiny_checkpoint, dtype, layout, k_major):
+    eng = make_engine(tiny_checkpoint, dtype=dtype, weight_layout=layout,
+                      speculative={"method": "dflash", "num_speculative_tokens": 3})
+    for module in (eng.model, eng.proposer):
+        ws = [w for w in _linear_weights(module) if w.dim() == 2]
+        assert ws and all(w.t().is_contiguous() == k_major for w in ws)
+
+
+def test_engine_weight_layout_k_major_decodes_like_row_major(tiny_checkpoint):
+    """Same greedy tokens from both layouts (fp32, speculative and not)."""
+    ps = prompts(6, seed=3)
+    for spec in (None, {"method": "dflash", "num_speculative_tokens": 4}):
+        got = [make_engine(tiny_checkpoint, weight_layout=layout, speculative=spec)
+               .generate(ps, GREEDY, max_tokens=12, ignore_eos=True)
+               for layout in ("row_major", "k_major")]
+        assert got[0] == got[1]
+
+
+def test_engine_weight_layout_rejects_unknown_values():
+    with pytest.raises(ValueError, match="EngineConfig.weight_layout='column'"):
+        EngineConfig(weight_layout="column")
+
+
+def test_compile_raises_dynamos_recompile_limit(tiny_checkpoint, monkeypatch):
+    from specrepro.embedded.engine import RECOMPILE_LIMIT
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # dynamo's default
+    make_engine(tiny_checkpoint, compile=False)
+    assert torch._dynamo.config.recompile_limit == 8
+    make_engine(tiny_checkpoint, compile=True)  # compilation itself is lazy: nothing runs
+    assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT

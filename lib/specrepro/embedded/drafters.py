@@ -379,10 +379,12 @@ class BlockDrafter(Proposer):
         masks = self.mask_embedding.to(emb.dtype).expand(*anchor_tokens.shape, n - 1, emb.shape[-1])
         return torch.cat([emb[:, :, None], masks], 2)
 
-    def run_layers(self, x, cos, sin, ctx_kv, mask):
+    def run_layers(self, x, cos, sin, ctx_kv, mask, logits_at: slice = slice(None)):
+        # x: [B, Q, D] -> logits [B, Q', V] of the query positions `logits_at` selects: the
+        # output head is the widest GEMM (V = 4096), so only the positions a step drafts pay it
         for layer, (ck, cv) in zip(self.layers, ctx_kv):
             x = layer(x, cos, sin, ck, cv, mask)
-        return self.shared.lm_head(self.norm(x))
+        return self.shared.lm_head(self.norm(x[:, logits_at]))
 
     def training_loss(self, tokens, labels, hidden, anchors, **_):
         """tokens, labels [B, T]; hidden: one [B, T, D] per target layer; anchors [B, nb]
@@ -446,7 +448,7 @@ class BlockDrafter(Proposer):
         ctx_kv = [(ck[slots, :, :C], cv[slots, :, :C]) for ck, cv in self.ctx_cache]
         ctx_mask = torch.arange(C, device=dev)[None, :] < context_len[:, None]  # [B, C]
         mask = torch.cat([ctx_mask, ctx_mask.new_ones(len(slots), n)], -1)[:, None, None]
-        logits = self.run_layers(x, cos, sin, ctx_kv, mask)[:, 1:k + 1]  # [B, k, V]
+        logits = self.run_layers(x, cos, sin, ctx_kv, mask, slice(1, k + 1))  # [B, k, V]
         if sample is None:  # one argmax for the block rather than one per position
             return logits.argmax(-1), logits
         tokens = torch.stack([sample(logits[:, j]) for j in range(k)], 1)
