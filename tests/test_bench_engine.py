@@ -45,3 +45,21 @@ def test_fp32_default_needs_no_second_model(bench, tiny_checkpoint):
         pytest.skip("needs SPECREPRO_DATA_DIR (GSM8K test prompts)")
     b = bench.Bench(bench.parse_args(["--model", str(tiny_checkpoint), "--prompts", "1"]))
     assert b.base_model is b.model and b.base_dtype == "float32"
+
+
+def test_repeats_and_the_compiled_whole_step_pairing_on_the_cpu(bench, tiny_checkpoint, capsys):
+    if not os.environ.get("SPECREPRO_DATA_DIR"):
+        pytest.skip("needs SPECREPRO_DATA_DIR (GSM8K test prompts)")
+    res = bench.main(["--model", str(tiny_checkpoint), "--prompts", "2", "--max-tokens", "10",
+                      "--methods", "dflash", "--ks", "2", "--streams", "1", "--repeats", "2",
+                      "--no-transformers", "--compile-best"])
+    out = capsys.readouterr().out
+    assert res["repeats"] == 2 and "best of 2" in out
+    (row,) = res["methods"]
+    assert row["tokens"] == 2 * 10  # the kept outputs: one per prompt, not one per repeat
+    cb = res["compiled_best"]
+    assert "error" not in cb, cb
+    assert (cb["method"], cb["k"]) == ("dflash", 2) and cb["speedup"] > 0
+    assert 0 <= cb["same_as_ar"] <= 1
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--repeats", "0"])
