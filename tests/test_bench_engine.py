@@ -57,6 +57,8 @@ def test_repeats_and_the_compiled_whole_step_pairing_on_the_cpu(bench, tiny_chec
     assert res["repeats"] == 2 and "best of 2" in out
     (row,) = res["methods"]
     assert row["tokens"] == 2 * 10  # the kept outputs: one per prompt, not one per repeat
+    # tokens per step over every repeat's steps: at least 1, at most k + 1
+    assert 1 <= row["tokens_per_step"] <= 3 and row["acceptance_length"] <= 3
     cb = res["compiled_best"]
     assert "error" not in cb, cb
     assert (cb["method"], cb["k"]) == ("dflash", 2) and cb["speedup"] > 0
