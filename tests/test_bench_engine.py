@@ -65,3 +65,22 @@ def test_repeats_and_the_compiled_whole_step_pairing_on_the_cpu(bench, tiny_chec
     assert 0 <= cb["same_as_ar"] <= 1
     with pytest.raises(SystemExit):
         bench.parse_args(["--repeats", "0"])
+
+
+def test_weight_layout_bench_runs_both_layouts(tiny_checkpoint, capsys):
+    path = SCRIPT.parent / "bench_weight_layout.py"
+    spec = importlib.util.spec_from_file_location("bench_weight_layout", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = mod.main(["--model", str(tiny_checkpoint), "--rounds", "1", "--calls", "1",
+                    "--no-compile"])
+    n = 4 * 7 + 1  # the tiny target's linear layers: 7 in each of 4, and the output head
+    assert [(r["layout"], r["mode"]) for r in res["rows"]] == [
+        ("row_major", "eager"), ("k_major", "eager"),
+        ("row_major", f"{n} GEMMs"), ("k_major", f"{n} GEMMs")]
+    for r in res["rows"]:
+        assert set(r["ms"]) == {1, 4, 8} and all(v > 0 for v in r["ms"].values())
+        assert set(r["verify_over_decode"]) == {4, 8}
+    assert "8/1" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--rounds", "0"])

@@ -34,11 +34,13 @@ Design:
   warning, to a capture without cuDNN attention and then to the same program run eagerly.
   One host read per step brings back [B, k+3] (drafts, acceptance, next token).
 - Weight layout (`weight_layout`, CPU fp32 by default): linear weights are stored K-major
-  (column-major [out, in], i.e. [in, out] contiguous) so `F.linear` hands MKL its NN layout.
-  For the few-row GEMMs of decoding this is what makes verifying k+1 tokens cheap: with the
-  default row-major layout an 8-row fp32 GEMM on one core costs 2x a 1-row one, K-major
-  1.25x (compiled target pass, 8 tokens against 1: 1.47x -> 1.11x). Same values, same
-  shapes; bf16 (AMX) gains nothing, so only fp32 on the CPU switches.
+  (column-major [out, in], i.e. [in, out] contiguous) so `F.linear` hands MKL its NN layout,
+  which is faster for the few-row GEMMs of decoding: on one core of the 2-core dev machine,
+  the target's 43 GEMMs at 8 rows took 2.3-2.5 ms K-major against 3.8-4.0 ms row-major
+  (1 row: 1.9-2.3 ms either way), and a compiled 8-token target pass 1.27x a 1-token one
+  against 1.66x. Under the shared machine's load whole passes moved by more than that
+  (scripts/bench_weight_layout.py; docs/bench). Same values, same shapes; bf16 (AMX)
+  gains nothing, so only fp32 on the CPU switches.
 - Eager passes of varying shape on CUDA (prefill chunks, the staged fallback) exclude cuDNN
   attention: SDPA may pick it on Hopper, and it builds a cuDNN graph (tens of milliseconds)
   for every new shape, which made every eager drafter call on the H200 cost that much.
