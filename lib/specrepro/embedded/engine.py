@@ -416,7 +416,10 @@ class _DecodeStep:
 
 def relayout_linear_weights(module, k_major: bool) -> int:
     """Store every linear weight ([out, in], read by `F.linear`) K-major or row-major, in
-    place; the values and shapes are unchanged. Returns how many weights were touched."""
+    place; the values and shapes are unchanged. Returns how many weights were touched.
+    A weight moves to new storage: a CUDA graph captured earlier on the same module would
+    read the old one, so an engine re-lays before it captures (and "auto" never re-lays on
+    CUDA)."""
     from specrepro.embedded.quant import QuantLinear
     n = 0
     for m in module.modules():
