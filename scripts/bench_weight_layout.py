@@ -16,14 +16,11 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-
-from specrepro.embedded.checkpoint import load_target  # noqa: E402
-from specrepro.embedded.engine import relayout_linear_weights  # noqa: E402
+from specrepro.embedded.checkpoint import load_target
+from specrepro.embedded.engine import relayout_linear_weights
 
 TOKENS = (1, 4, 8)
 CONTEXT = 200  # tokens already in the cache; the pass attends over CONTEXT + new ones
