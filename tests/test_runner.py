@@ -275,7 +275,9 @@ def fault_study(params_dir, tiny_checkpoint):
     embedded_profile(params_dir, tiny_checkpoint, port)
     path = study(params_dir, [{"name": "mtp", "profile": "tiny-mtp"}], concurrency=[1, 2],
                  ignore_eos=True,
-                 workloads=[{"name": "essays", "n": 2, "form": "chat", "max_tokens": 160}])
+                 # 6 prompts: the second cell (3 waves of 2) runs long enough for the watcher
+                 # to catch it streaming (with 2 it could finish between two polls on CI)
+                 workloads=[{"name": "essays", "n": 6, "form": "chat", "max_tokens": 160}])
     return path, port
 
 
