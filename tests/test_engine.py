@@ -208,8 +208,7 @@ def test_fp8_drafter_is_quantized_statically_and_stays_lossless(tiny_checkpoint)
 
 # ---------------------------------------------------------------- weight layout
 def _linear_weights(module):
-    from specrepro.embedded.quant import QuantLinear
-    return [m.weight for m in module.modules() if isinstance(m, (torch.nn.Linear, QuantLinear))]
+    return [m.weight for m in module.modules() if type(m) is torch.nn.Linear]
 
 
 def test_k_major_relayout_keeps_values_shapes_and_ties():
@@ -235,16 +234,15 @@ def test_k_major_relayout_keeps_values_shapes_and_ties():
     assert all(w.is_contiguous() for w in _linear_weights(model))
 
 
-def test_quantized_linear_weights_relayout_too():
+def test_fake_quantized_layers_keep_their_layout():
+    """QuantLinear rounds its input to the FP4/FP8 grid: a different fp32 summation order
+    would flip codes (the NVFP4 lossless test parted batched from unbatched outputs)."""
     from specrepro.embedded.engine import relayout_linear_weights
     from specrepro.embedded.quant import QuantLinear
-    lin = torch.nn.Linear(32, 16, bias=False)
-    q = QuantLinear(lin, "nvfp4", 1.0)
-    x = torch.randn(3, 32)
-    ref = q(x)
-    assert relayout_linear_weights(q, k_major=True) == 1
-    assert q.weight.t().is_contiguous() and "weight" in dict(q.named_buffers())
-    assert torch.allclose(q(x), ref, atol=1e-6, rtol=0)
+    model = torch.nn.Sequential(QuantLinear(torch.nn.Linear(32, 16, bias=False), "nvfp4", 1.0),
+                                torch.nn.Linear(16, 8, bias=False))
+    assert relayout_linear_weights(model, k_major=True) == 1  # the plain layer only
+    assert model[0].weight.is_contiguous() and model[1].weight.t().is_contiguous()
 
 
 @pytest.mark.parametrize("dtype,layout,k_major", [

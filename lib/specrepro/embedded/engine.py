@@ -40,7 +40,9 @@ Design:
   (1 row: 1.9-2.3 ms either way), and a compiled 8-token target pass 1.27x a 1-token one
   against 1.66x. Under the shared machine's load whole passes moved by more than that
   (scripts/bench_weight_layout.py; docs/bench). Same values, same shapes; bf16 (AMX)
-  gains nothing, so only fp32 on the CPU switches.
+  gains nothing, so only fp32 on the CPU switches, and fake-quantized layers keep theirs
+  (their rounding to the FP4/FP8 grid would turn the other summation order into flipped
+  codes: `relayout_linear_weights`).
 - Eager passes of varying shape on CUDA (prefill chunks, the staged fallback) exclude cuDNN
   attention: SDPA may pick it on Hopper, and it builds a cuDNN graph (tens of milliseconds)
   for every new shape, which made every eager drafter call on the H200 cost that much.
@@ -415,25 +417,26 @@ class _DecodeStep:
 
 
 def relayout_linear_weights(module, k_major: bool) -> int:
-    """Store every linear weight ([out, in], read by `F.linear`) K-major or row-major, in
-    place; the values and shapes are unchanged. Returns how many weights were touched.
+    """Store every plain linear weight ([out, in], read by `F.linear`) K-major or row-major,
+    in place; the values and shapes are unchanged. Returns how many weights were touched.
+
+    Fake-quantized layers (`QuantLinear`) keep their layout: their input is rounded to the
+    E2M1/E4M3 grid, which turns the other layout's fp32 summation order (a different last
+    bit, and a different one at 1 row than at several) into flipped codes; with them K-major,
+    the NVFP4 lossless test's batched and unbatched outputs parted at a 0.11 logit gap.
     A weight moves to new storage: a CUDA graph captured earlier on the same module would
     read the old one, so an engine re-lays before it captures (and "auto" never re-lays on
     CUDA)."""
-    from specrepro.embedded.quant import QuantLinear
     n = 0
     for m in module.modules():
-        if not isinstance(m, (torch.nn.Linear, QuantLinear)) or m.weight.dim() != 2:
+        if type(m) is not torch.nn.Linear or m.weight.dim() != 2:
             continue
         w = m.weight.data
         # K-major: the transpose [in, out] is contiguous; a tied weight is re-laid once
         new = w.t().contiguous().t() if k_major else w.contiguous()
         if new.data_ptr() == w.data_ptr():
             continue
-        if isinstance(m.weight, torch.nn.Parameter):
-            m.weight.data = new
-        else:
-            m.weight = new  # a buffer (QuantLinear's dequantized weight)
+        m.weight.data = new
         n += 1
     return n
 
