@@ -244,19 +244,30 @@ def embedded_profile(params: Path, ckpt: Path, port: int) -> None:
 
 
 def when_second_cell_streams(store_root: Path, url: str, act) -> threading.Thread:
-    """Call act() once the first cell is stored and the engine is generating again."""
+    """Call act() once the first cell is stored and the engine is generating again: a
+    running or waiting request, or generated tokens counted since the cell was stored.
+    What it saw is kept in `thread.seen` for the failure message."""
 
     def watch():
         deadline = time.monotonic() + 120
+        base = None  # generation tokens when the first cell was stored
         while time.monotonic() < deadline:
             if list((store_root / "cells").glob("*.parquet")):
-                text = engines.http_get(f"{url}/metrics", timeout=1)[1].decode()
-                if text and (promtext.parse(text, "embedded").requests_running or 0) > 0:
-                    act()
-                    return
+                status, body = engines.http_get(f"{url}/metrics", timeout=5)
+                snap = promtext.parse(body.decode(), "embedded") if status == 200 else None
+                gen = None if snap is None else snap.generation_tokens
+                thread.seen.append((round(time.monotonic(), 3), status,
+                                    None if snap is None else snap.requests_running, gen))
+                if snap is not None:
+                    base = gen if base is None else base
+                    if ((snap.requests_running or 0) > 0 or (snap.requests_waiting or 0) > 0
+                            or (gen or 0) > (base or 0)):
+                        act()
+                        return
             time.sleep(0.01)
 
     thread = threading.Thread(target=watch, daemon=True)
+    thread.seen = []
     thread.start()
     return thread
 
@@ -313,7 +324,8 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(
                                        lambda: os.kill(os.getpid(), signal.SIGINT))
     summary, store = run(path, tmp_path)
     watcher.join(5)
-    assert (summary.ok, summary.interrupted) == (1, 1) and summary.exit_code == 130
+    assert (summary.ok, summary.interrupted) == (1, 1) and summary.exit_code == 130, \
+        f"watcher saw (time, status, running, generated) {watcher.seen[-20:]}"
     statuses = sorted(store.load_attempts()["status"].to_list())
     assert statuses == ["interrupted", "ok"]
     assert store.manifest()["sessions"][-1]["status"] == "interrupted"
