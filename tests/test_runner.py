@@ -316,22 +316,43 @@ def test_engine_death_mid_cell_is_a_failed_cell_and_a_rerun_completes(
     assert store.manifest()["sessions"][-1]["engines"] == []
 
 
+def test_ctrl_c_raises_restores_the_hosts_handler():
+    from specrepro.harness.runner import ctrl_c_raises
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a host that ignores Ctrl-C
+    try:
+        with ctrl_c_raises():
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs at the next bytecode
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("host_handler", [signal.default_int_handler, signal.SIG_IGN],
+                         ids=["default", "ignored"])
 def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(
-        tiny_checkpoint, params_dir, tmp_path):
-    path, port = fault_study(params_dir, tiny_checkpoint)
-    root = tmp_path / "results" / "tiny_sweep" / "standalone"
-    watcher = when_second_cell_streams(root, f"http://127.0.0.1:{port}",
-                                       lambda: os.kill(os.getpid(), signal.SIGINT))
-    summary, store = run(path, tmp_path)
-    watcher.join(5)
-    assert (summary.ok, summary.interrupted) == (1, 1) and summary.exit_code == 130, \
-        f"watcher saw (time, status, running, generated) {watcher.seen[-20:]}"
-    statuses = sorted(store.load_attempts()["status"].to_list())
-    assert statuses == ["interrupted", "ok"]
-    assert store.manifest()["sessions"][-1]["status"] == "interrupted"
-    assert not engines.port_open("127.0.0.1", port)  # the engine was stopped
-    summary, store = run(path, tmp_path)
-    assert (summary.ok, summary.skipped) == (1, 1) and store.load_cells().height == 2
+        tiny_checkpoint, params_dir, tmp_path, host_handler):
+    # SIG_IGN: what a library may leave behind in the host process; the run still stops
+    previous = signal.signal(signal.SIGINT, host_handler)
+    try:
+        path, port = fault_study(params_dir, tiny_checkpoint)
+        root = tmp_path / "results" / "tiny_sweep" / "standalone"
+        watcher = when_second_cell_streams(root, f"http://127.0.0.1:{port}",
+                                           lambda: os.kill(os.getpid(), signal.SIGINT))
+        summary, store = run(path, tmp_path)
+        watcher.join(5)
+        assert (summary.ok, summary.interrupted) == (1, 1) and summary.exit_code == 130, \
+            f"watcher saw (time, status, running, generated) {watcher.seen[-20:]}"
+        statuses = sorted(store.load_attempts()["status"].to_list())
+        assert statuses == ["interrupted", "ok"]
+        assert store.manifest()["sessions"][-1]["status"] == "interrupted"
+        assert not engines.port_open("127.0.0.1", port)  # the engine was stopped
+        summary, store = run(path, tmp_path)
+        assert (summary.ok, summary.skipped) == (1, 1) and store.load_cells().height == 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_transformers_peer_arm(tiny_checkpoint, params_dir, tmp_path):

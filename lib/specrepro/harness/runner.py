@@ -25,8 +25,11 @@ Design:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -408,10 +411,35 @@ def died_message(eng: ArmEngine, records: Sequence[RequestRecord]) -> str:
 # ----------------------------------------------------------------------- the run
 
 
+@contextlib.contextmanager
+def ctrl_c_raises():
+    """For the run's duration Ctrl-C raises KeyboardInterrupt, whatever SIGINT handler the
+    host process had (a library's, or SIG_IGN): that is what records the cell in flight as
+    interrupted and keeps the rest. asyncio.run (the load generator) turns SIGINT into a
+    cancellation only when it finds Python's default handler. Only the main thread may set
+    handlers; elsewhere the host's stays."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_study(study: ResolvedStudy, store: ResultStore, *, root: Path | str = ".",
               fresh: bool = False, progress: bool = True, power_interval_s: float = 2.0,
               request_timeout_s: float = 600.0, command: list[str] | None = None) -> RunSummary:
     """Measure every cell of a resolved study that the store lacks; see the module docstring."""
+    with ctrl_c_raises():
+        return _run_study(study, store, root=root, fresh=fresh, progress=progress,
+                          power_interval_s=power_interval_s,
+                          request_timeout_s=request_timeout_s, command=command)
+
+
+def _run_study(study, store, *, root, fresh, progress, power_interval_s, request_timeout_s,
+               command) -> RunSummary:
     root = Path(root)
     summary = RunSummary()
     note = power.nvml_note()
