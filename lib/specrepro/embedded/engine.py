@@ -37,7 +37,7 @@ Design:
   (column-major [out, in], i.e. [in, out] contiguous) so `F.linear` hands MKL its NN layout,
   which is faster for the few-row GEMMs of decoding: on one core of the 2-core dev machine,
   the target's 43 GEMMs at 8 rows took 2.3-2.5 ms K-major against 3.8-4.0 ms row-major
-  (1 row: 1.9-2.3 ms either way), and a compiled 8-token target pass 1.27x a 1-token one
+  (1 row: 1.9-2.3 ms either way), and a compiled 8-token target pass 1.27-1.38x a 1-token one
   against 1.66x. Under the shared machine's load whole passes moved by more than that
   (scripts/bench_weight_layout.py; docs/bench). Same values, same shapes; bf16 (AMX)
   gains nothing, so only fp32 on the CPU switches, and fake-quantized layers keep theirs
