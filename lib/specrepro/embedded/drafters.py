@@ -55,6 +55,7 @@ from specrepro.embedded.model import (
     RMSNorm,
     SlotKVCache,
     apply_rope,
+    rms_norm,
     rope_cos_sin,
 )
 
@@ -168,6 +169,12 @@ class Proposer(nn.Module):
 
     def release(self, slot: int) -> None:
         """Nothing to free: caches are per slot and roll back by length."""
+
+    def finalize(self, fuse: bool = True) -> None:
+        """Called by the engine once the drafter's modules are final (after quantization and
+        weight relayout), before any CUDA graph capture: precompute what inference reuses.
+        `fuse=False` drops it (the engine calls that before calibrating quantized layers,
+        which must see every layer's own input). Nothing to do by default."""
 
     def _elem(self) -> int:
         return torch.empty((), dtype=self._cache_dtype).element_size()
@@ -297,6 +304,21 @@ class BlockAttention(Attention):
         out = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(B, Q, -1))
 
+    def forward_into(self, x, cos, sin, keys, vals, start, mask):
+        """As `forward`, with the context already in `keys`/`vals` [B, KV, start+Q, hd] (a
+        gathered copy whose last Q positions are free): the block's keys and values are
+        written there, so the attention reads the same [context; block] keys as `forward`'s
+        concatenation without copying the context again."""
+        B, Q, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, Q, self.n_heads, self.head_dim)).transpose(1, 2)
+        q = apply_rope(q, cos, sin)
+        k, v = self.kv(x, cos, sin)
+        keys[:, :, start:start + Q] = k.to(keys.dtype)
+        vals[:, :, start:start + Q] = v.to(vals.dtype)
+        out = F.scaled_dot_product_attention(q, keys.to(q.dtype), vals.to(q.dtype),
+                                             attn_mask=mask, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, Q, -1))
+
 
 class BlockLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -308,6 +330,11 @@ class BlockLayer(nn.Module):
 
     def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx_k, ctx_v, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_into(self, x, cos, sin, keys, vals, start, mask):
+        x = x + self.self_attn.forward_into(self.input_layernorm(x), cos, sin, keys, vals,
+                                            start, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -416,10 +443,19 @@ class BlockDrafter(Proposer):
 
     # -- Proposer --------------------------------------------------------------
     def allocate(self, num_slots, max_len, device=None, dtype=torch.float32):
+        """Context keys and values of every layer in one tensor each, [L, slots, KV,
+        max_len + block_size, hd]: one gather reads every layer's context (propose) and one
+        scatter writes it (observe). The last block_size positions of a row are never
+        context: a gathered copy holds the block's own keys there. `ctx_cache` lists each
+        layer's context part, [slots, KV, max_len, hd] views."""
         self._cache_dtype = dtype
-        shape = (num_slots, self.layer_cfg.num_key_value_heads, max_len, self.layer_cfg.head_dim)
-        self.ctx_cache = [(torch.zeros(shape, device=device, dtype=dtype),
-                           torch.zeros(shape, device=device, dtype=dtype)) for _ in self.layers]
+        shape = (len(self.layers), num_slots, self.layer_cfg.num_key_value_heads,
+                 max_len + self.block_size, self.layer_cfg.head_dim)
+        self.ctx_k = torch.zeros(shape, device=device, dtype=dtype)
+        self.ctx_v = torch.zeros(shape, device=device, dtype=dtype)
+        self.ctx_len = max_len
+        self.ctx_cache = [(self.ctx_k[i, :, :, :max_len], self.ctx_v[i, :, :, :max_len])
+                          for i in range(len(self.layers))]
 
     def kv_bytes_per_token(self):
         # one context K/V cache per layer run, the trunk's included (allocate)
@@ -427,28 +463,73 @@ class BlockDrafter(Proposer):
             self._cache_dtype)
 
     @torch.no_grad()
+    def finalize(self, fuse: bool = True) -> None:
+        """Every layer's context key and value projections as one weight [L*2*KV*hd, D]
+        (and the key norms' weights stacked [L, hd]): the context features are the same
+        input to all layers, so `observe` runs one GEMM instead of 2L, and one norm, one
+        rotation and one scatter for all layers. Kept in the layout of the weights it joins
+        (K-major stays K-major). Not for fake-quantized layers, each with its own scales:
+        those keep the per-layer path. A weight that has not changed is not joined again
+        (a CUDA graph captured earlier keeps reading the same tensor)."""
+        attn = [layer.self_attn for layer in self.layers]
+        lins = [m for a in attn for m in (a.k_proj, a.v_proj)]
+        if not fuse or not all(type(m) is nn.Linear for m in lins):
+            self._ctx_proj = self._ctx_proj_key = None
+            return
+        # storage and in-place version of each source (inference tensors keep no version)
+        key = tuple((t.data_ptr(), None if t.is_inference() else t._version) for a in attn
+                    for t in (a.k_proj.weight, a.v_proj.weight, a.k_norm.weight))
+        if getattr(self, "_ctx_proj_key", None) == key:
+            return
+        ws = [m.weight for m in lins]  # each [KV*hd, D]
+        if all(w.t().is_contiguous() for w in ws):  # K-major: join the [D, KV*hd] transposes
+            self._ctx_proj = torch.cat([w.t() for w in ws], 1).t()
+        else:
+            self._ctx_proj = torch.cat([w.contiguous() for w in ws], 0)
+        self._k_norm_w = torch.stack([a.k_norm.weight for a in attn])  # [L, hd]
+        self._ctx_proj_key = key
+
+    @torch.no_grad()
     def observe(self, slots, tokens, positions, hidden):
-        ctx = self.context([h.to(self.fc.weight.dtype) for h in hidden])
-        cos, sin = self._rope(positions, ctx.dtype)
-        rows = slots[:, None].expand_as(positions)
-        for layer, (ck, cv) in zip(self.layers, self.ctx_cache):
-            k, v = layer.self_attn.kv(ctx, cos, sin)  # [B, KV, S, hd]
-            ck[rows, :, positions] = k.transpose(1, 2).to(ck.dtype)
-            cv[rows, :, positions] = v.transpose(1, 2).to(cv.dtype)
+        ctx = self.context([h.to(self.fc.weight.dtype) for h in hidden])  # [B, S, D]
+        cos, sin = self._rope(positions, ctx.dtype)  # [B, 1, S, hd]
+        rows = slots[:, None].expand_as(positions)  # [B, S]
+        if getattr(self, "_ctx_proj", None) is None:  # per layer (quantized, not finalized)
+            for layer, (ck, cv) in zip(self.layers, self.ctx_cache):
+                k, v = layer.self_attn.kv(ctx, cos, sin)  # [B, KV, S, hd]
+                ck[rows, :, positions] = k.transpose(1, 2).to(ck.dtype)
+                cv[rows, :, positions] = v.transpose(1, 2).to(cv.dtype)
+            return
+        a = self.layers[0].self_attn
+        B, S, _ = ctx.shape
+        kv = F.linear(ctx, self._ctx_proj).view(B, S, len(self.layers), 2, a.n_kv, a.head_dim)
+        k = rms_norm(kv[:, :, :, 0], self._k_norm_w[:, None], a.k_norm.eps)  # [B, S, L, KV, hd]
+        k = apply_rope(k, cos[:, 0, :, None, None], sin[:, 0, :, None, None])
+        # the two advanced indices are apart, so the indexed view is [B, S, L, KV, hd]
+        self.ctx_k[:, rows, :, positions] = k.to(self.ctx_k.dtype)
+        self.ctx_v[:, rows, :, positions] = kv[:, :, :, 1].to(self.ctx_v.dtype)
 
     @torch.no_grad()
     def propose(self, slots, context_len, last_token, k, sample=None):
         n = max(k + 1, self.block_size)  # truncate below the trained block, extend above
         dev = last_token.device
         # context span: the whole row when static (the mask hides positions >= context_len)
-        C = self.ctx_cache[0][0].shape[2] if self.static_bound else int(context_len.max())
+        C = self.ctx_len if self.static_bound else int(context_len.max())
         x = self._blocks(last_token[:, None], n)[:, 0]  # [B, n, D]
         pos = context_len[:, None] + torch.arange(n, device=dev)
         cos, sin = self._rope(pos, x.dtype)
-        ctx_kv = [(ck[slots, :, :C], cv[slots, :, :C]) for ck, cv in self.ctx_cache]
         ctx_mask = torch.arange(C, device=dev)[None, :] < context_len[:, None]  # [B, C]
         mask = torch.cat([ctx_mask, ctx_mask.new_ones(len(slots), n)], -1)[:, None, None]
-        logits = self.run_layers(x, cos, sin, ctx_kv, mask, slice(1, k + 1))  # [B, k, V]
+        if n <= self.block_size:
+            # one gather of every layer's context, [L, B, KV, C+n, hd], its last n positions
+            # free for each layer's block keys (allocate)
+            keys, vals = self.ctx_k[:, slots, :, :C + n], self.ctx_v[:, slots, :, :C + n]
+            for i, layer in enumerate(self.layers):
+                x = layer.forward_into(x, cos, sin, keys[i], vals[i], C, mask)
+            logits = self.shared.lm_head(self.norm(x[:, 1:k + 1]))  # [B, k, V]
+        else:  # a block past its training: longer than the cache's free positions
+            ctx_kv = [(ck[slots, :, :C], cv[slots, :, :C]) for ck, cv in self.ctx_cache]
+            logits = self.run_layers(x, cos, sin, ctx_kv, mask, slice(1, k + 1))
         if sample is None:  # one argmax for the block rather than one per position
             return logits.argmax(-1), logits
         tokens = torch.stack([sample(logits[:, j]) for j in range(k)], 1)

@@ -492,6 +492,8 @@ class LLMEngine:
         if cfg.compile and not self.static and isinstance(self.proposer, torch.nn.Module):
             self._proposer_calls = _CompiledProposer(self.proposer)
         self._relayout_weights()
+        if hasattr(self.proposer, "finalize"):  # modules final: fuse what inference reuses
+            self.proposer.finalize()
         if cfg.compile:
             dyn = torch._dynamo.config
             dyn.recompile_limit = max(dyn.recompile_limit, RECOMPILE_LIMIT)
@@ -581,6 +583,9 @@ class LLMEngine:
                              "proposer has no nn.Module to quantize")
         if any(isinstance(m, QuantLinear) for m in module.modules()):
             return
+        # calibration must see every layer's own input: no fused passes (a drafter shared
+        # with an engine built earlier may carry them)
+        module.finalize(fuse=False)
         batches = self._calibration_batches()
 
         def run(ids):

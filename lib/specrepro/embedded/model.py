@@ -98,6 +98,15 @@ class ModelOutput(NamedTuple):
     last_hidden: torch.Tensor  # [B, S, D], final block output before the final norm
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMS over the last dim of x, times weight (broadcast against x: [dim], or stacked
+    [..., dim] weights of several norms at once)."""
+    # Normalise in fp32 as Qwen3RMSNorm does, so bf16 runs match transformers.
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -105,10 +114,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 as Qwen3RMSNorm does, so bf16 runs match transformers.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
