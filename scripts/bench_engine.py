@@ -55,8 +55,11 @@ def parse_args(argv=None):
                          "in this dtype instead, e.g. float32 against a bfloat16 run, so a "
                          "dtype that slows plain decoding cannot flatter the speedup")
     ap.add_argument("--threads", type=int, default=None,
-                    help="torch CPU threads (default: 1 on CPU, where the tiny model's "
-                         "kernels are too short to split)")
+                    help="torch CPU threads (default: torch's, one per core). On the 2-core "
+                         "dev machine two threads beat one for both arms, paired in one "
+                         "process: autoregressive 343-347 against 283-301 tok/s, dflash_light "
+                         "k=5 469-475 against 297-311 (verify and draft GEMMs have rows to "
+                         "split); a run beside another busy process wants --threads 1")
     ap.add_argument("--data-dir", default=None,
                     help="a directory holding gsm8k/test.jsonl (default: $SPECREPRO_DATA_DIR)")
     ap.add_argument("--prompts", type=int, default=4, help="GSM8K test prompts per measurement")
@@ -328,9 +331,7 @@ def _delta(stats, before: dict) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    if args.device == "cpu":
-        torch.set_num_threads(args.threads or 1)
-    elif args.threads:
+    if args.threads:
         torch.set_num_threads(args.threads)
     b = Bench(args)
     print(f"# bench_engine: {args.model} on {args.device} ({b.dtype}, quantization "

@@ -29,6 +29,15 @@ Design:
   k <= block_size-1 it runs the trained block and keeps the first k drafts (so k
   drafts are a prefix of k+1 drafts); at k >= block_size the block grows past its
   training.
+- Block drafter at inference: since every layer's context keys and values come from
+  the same context features, they live in one stacked cache [L, slots, KV, T+block, hd];
+  `observe` projects all layers with one joined weight (`finalize`) and one scatter, and
+  `propose` gathers every layer's context once and writes each layer's block keys into
+  the gathered copy's free tail, where training concatenates them. The same keys in the
+  same order, so the same drafts; the per-layer passes stay for training, fake-quantized
+  layers and blocks past the free tail. On the H200 (CUDA graphs, where each small
+  kernel costs its launch) this took the light drafter's k=7 step from 2.03 to 1.75 ms
+  (docs/bench/engine-h200-fused-2026-12-01.txt).
 - **Draft model**: an independent small `Qwen3Model` (a Hugging Face checkpoint of
   its own, so `transformers` can use it as an assistant model) that drafts
   autoregressively with its own KV cache and ignores the target's hidden states.
@@ -362,6 +371,9 @@ class BlockDrafter(Proposer):
         self.norm = RMSNorm(d, target_cfg.rms_norm_eps)
         self.mask_embedding = nn.Parameter(torch.zeros(d))
         self.shared = SharedTarget(target)
+        # finalize(): the joined context K/V weight [L*2*KV*hd, D], the stacked key-norm
+        # weights [L, hd] and what they were joined from; plain tensors, never saved
+        self._ctx_proj = self._k_norm_w = self._ctx_proj_key = None
 
     def trunk_names(self) -> list[str]:
         """State-dict keys read from the trunk drafter's file (none without a trunk)."""
@@ -474,12 +486,12 @@ class BlockDrafter(Proposer):
         attn = [layer.self_attn for layer in self.layers]
         lins = [m for a in attn for m in (a.k_proj, a.v_proj)]
         if not fuse or not all(type(m) is nn.Linear for m in lins):
-            self._ctx_proj = self._ctx_proj_key = None
+            self._ctx_proj = self._k_norm_w = self._ctx_proj_key = None
             return
         # storage and in-place version of each source (inference tensors keep no version)
         key = tuple((t.data_ptr(), None if t.is_inference() else t._version) for a in attn
                     for t in (a.k_proj.weight, a.v_proj.weight, a.k_norm.weight))
-        if getattr(self, "_ctx_proj_key", None) == key:
+        if self._ctx_proj_key == key:
             return
         ws = [m.weight for m in lins]  # each [KV*hd, D]
         if all(w.t().is_contiguous() for w in ws):  # K-major: join the [D, KV*hd] transposes
@@ -494,7 +506,7 @@ class BlockDrafter(Proposer):
         ctx = self.context([h.to(self.fc.weight.dtype) for h in hidden])  # [B, S, D]
         cos, sin = self._rope(positions, ctx.dtype)  # [B, 1, S, hd]
         rows = slots[:, None].expand_as(positions)  # [B, S]
-        if getattr(self, "_ctx_proj", None) is None:  # per layer (quantized, not finalized)
+        if self._ctx_proj is None:  # per layer (quantized, not finalized)
             for layer, (ck, cv) in zip(self.layers, self.ctx_cache):
                 k, v = layer.self_attn.kv(ctx, cos, sin)  # [B, KV, S, hd]
                 ck[rows, :, positions] = k.transpose(1, 2).to(ck.dtype)
