@@ -296,18 +296,17 @@ class BlockAttention(Attention):
     the forward differs: bidirectional inside the block, context keys injected."""
 
     def kv(self, x, cos, sin):
-        # x: [B, S, D] -> k, v: [B, KV, S, hd]
+        # x: [B, S, D] -> k, v: [B, KV, S, hd] (rotated token-major, as Attention.project)
         B, S, _ = x.shape
-        k = self.k_norm(self.k_proj(x).view(B, S, self.n_kv, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(B, S, self.n_kv, self.head_dim).transpose(1, 2)
-        return apply_rope(k, cos, sin), v
+        k = apply_rope(self.k_norm(self.k_proj(x).view(B, S, self.n_kv, self.head_dim)),
+                       cos, sin)
+        v = self.v_proj(x).view(B, S, self.n_kv, self.head_dim)
+        return k.transpose(1, 2), v.transpose(1, 2)
 
     def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
         # x: [B, Q, D]; ctx_k/v: [B, KV, C, hd]; mask: [B, 1, Q, C+Q] (True = attend)
         B, Q, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, Q, self.n_heads, self.head_dim)).transpose(1, 2)
-        q = apply_rope(q, cos, sin)
-        k, v = self.kv(x, cos, sin)
+        q, k, v = self.project(x, cos, sin)
         keys = torch.cat([ctx_k.to(q.dtype), k], 2)
         vals = torch.cat([ctx_v.to(q.dtype), v], 2)
         out = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, enable_gqa=True)
@@ -319,9 +318,7 @@ class BlockAttention(Attention):
         written there, so the attention reads the same [context; block] keys as `forward`'s
         concatenation without copying the context again."""
         B, Q, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, Q, self.n_heads, self.head_dim)).transpose(1, 2)
-        q = apply_rope(q, cos, sin)
-        k, v = self.kv(x, cos, sin)
+        q, k, v = self.project(x, cos, sin)
         keys[:, :, start:start + Q] = k.to(keys.dtype)
         vals[:, :, start:start + Q] = v.to(vals.dtype)
         out = F.scaled_dot_product_attention(q, keys.to(q.dtype), vals.to(q.dtype),
@@ -504,7 +501,7 @@ class BlockDrafter(Proposer):
     @torch.no_grad()
     def observe(self, slots, tokens, positions, hidden):
         ctx = self.context([h.to(self.fc.weight.dtype) for h in hidden])  # [B, S, D]
-        cos, sin = self._rope(positions, ctx.dtype)  # [B, 1, S, hd]
+        cos, sin = self._rope(positions, ctx.dtype)  # [B, S, 1, hd]
         rows = slots[:, None].expand_as(positions)  # [B, S]
         if self._ctx_proj is None:  # per layer (quantized, not finalized)
             for layer, (ck, cv) in zip(self.layers, self.ctx_cache):
@@ -516,7 +513,7 @@ class BlockDrafter(Proposer):
         B, S, _ = ctx.shape
         kv = F.linear(ctx, self._ctx_proj).view(B, S, len(self.layers), 2, a.n_kv, a.head_dim)
         k = rms_norm(kv[:, :, :, 0], self._k_norm_w[:, None], a.k_norm.eps)  # [B, S, L, KV, hd]
-        k = apply_rope(k, cos[:, 0, :, None, None], sin[:, 0, :, None, None])
+        k = apply_rope(k, cos[:, :, None], sin[:, :, None])  # cos [B, S, 1, 1, hd]
         # the two advanced indices are apart, so the indexed view is [B, S, L, KV, hd]
         self.ctx_k[:, rows, :, positions] = k.to(self.ctx_k.dtype)
         self.ctx_v[:, rows, :, positions] = kv[:, :, :, 1].to(self.ctx_v.dtype)

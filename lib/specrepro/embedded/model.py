@@ -119,16 +119,17 @@ class RMSNorm(nn.Module):
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    # positions: [B, S] -> cos, sin: [B, 1, S, head_dim]
+    # positions: [B, S] -> cos, sin: [B, S, 1, head_dim], broadcast over the heads of the
+    # token-major [B, S, heads, head_dim] layout the projections produce (Attention.project)
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
                                               dtype=torch.float32) / head_dim))
     freqs = positions.float()[..., None] * inv_freq  # [B, S, hd/2]
     emb = torch.cat([freqs, freqs], dim=-1)  # [B, S, hd]
-    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+    return emb.cos().to(dtype)[:, :, None], emb.sin().to(dtype)[:, :, None]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: [B, H, S, hd]; rotate-half convention (Llama/Qwen), not interleaved pairs.
+    # x: [B, S, H, hd]; rotate-half convention (Llama/Qwen), not interleaved pairs.
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
@@ -167,12 +168,23 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
+    def project(self, x, cos, sin):
+        """x [B, S, D] -> q [B, H, S, hd], k and v [B, KV, S, hd]: transposed views of the
+        token-major tensors the projections produce. The norms and the rotation run on that
+        [B, S, heads, hd] layout, where elementwise kernels read contiguous memory; on the
+        transposed one a GPU falls back to strided kernels once S > 1 (an 8-token verify on
+        the H200 spent 80 us more in them than a decode). Elementwise, so the same values."""
+        B, S, _ = x.shape
+        q = apply_rope(self.q_norm(self.q_proj(x).view(B, S, self.n_heads, self.head_dim)),
+                       cos, sin)
+        k = apply_rope(self.k_norm(self.k_proj(x).view(B, S, self.n_kv, self.head_dim)),
+                       cos, sin)
+        v = self.v_proj(x).view(B, S, self.n_kv, self.head_dim)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
     def forward(self, x, cos, sin, kv_cache=None, slots=None, positions=None, kv_len=None):
         B, S, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, S, self.n_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(B, S, self.n_kv, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(B, S, self.n_kv, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # [B, H|KV, S, hd]
+        q, k, v = self.project(x, cos, sin)  # [B, H|KV, S, hd]
         if kv_cache is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
