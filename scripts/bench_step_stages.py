@@ -24,11 +24,12 @@ import argparse
 import json
 import statistics
 import time
+from functools import partial
 
 import torch
 
 from specrepro.embedded.checkpoint import list_drafters, load_proposer, load_target
-from specrepro.embedded.engine import relayout_linear_weights
+from specrepro.embedded.engine import EngineConfig, relayout_linear_weights
 from specrepro.embedded.spec import Drafts, Verified, accept_greedy
 
 
@@ -57,7 +58,7 @@ class Timer:
         self.cuda, self.iters = device == "cuda", iters
 
     def __call__(self, fn) -> float:
-        if self.cuda:
+        if self.cuda:  # warm up on a side stream, then capture (as engine.py's captures do)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -108,8 +109,10 @@ def main(argv=None) -> dict:
     ids = torch.randint(3, target.config.vocab_size, (1, ctx + max(ks) + 1), generator=g).to(dev)
     timer = Timer(dev, args.iters)
 
+    bucket = EngineConfig.kv_len_bucket
+
     def span(end):  # the engine's attention span: whole rows when static, else bucketed
-        return max_len if static else min(-(-end // 64) * 64, max_len)
+        return max_len if static else min(-(-end // bucket) * bucket, max_len)
 
     def target_pass(s, layers=()):
         pos = torch.arange(ctx, ctx + s, device=dev)[None]
@@ -149,9 +152,9 @@ def main(argv=None) -> dict:
                 drafts = Drafts(ids[:, ctx + 1:ctx + k + 1], None, None)
                 v = Verified(verified.logits, ids[:, ctx:ctx + k + 1], pos, verified.hidden)
                 t = {"verify": timer(verify_fn),
-                     "propose": timer(lambda: prop.propose(slots, cl, ids[:, ctx], k)),
-                     "observe": timer(lambda: prop.observe(slots, v.input_ids, pos, v.hidden)),
-                     "accept": timer(lambda: accept_greedy(drafts, v))}
+                     "propose": timer(partial(prop.propose, slots, cl, ids[:, ctx], k)),
+                     "observe": timer(partial(prop.observe, slots, v.input_ids, pos, v.hidden)),
+                     "accept": timer(partial(accept_greedy, drafts, v))}
                 step = sum(t.values())
                 cost = step / decode
                 row = {"drafter": name, "method": names[name], "k": k, **t, "step": step,

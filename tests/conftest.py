@@ -14,6 +14,8 @@
   threads only contend on a shared box); modules opt in with `pytestmark`.
 - `random_prompts(n, seed)` (a function; `from conftest import random_prompts`): token-id
   prompts of 4-13 tokens, every other one repeating its first three tokens (n-gram hits).
+- `load_script(name)` (a function, likewise): a module of `scripts/` by file name, for the
+  benchmark scripts' end-to-end tests (scripts/ is no package).
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ from pathlib import Path
 import pytest
 
 READY = re.compile(r"Starting vLLM server on (http://\S+)")
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load_script(name: str):
+    """scripts/<name>.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture

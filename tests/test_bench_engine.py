@@ -3,21 +3,16 @@ a benchmark prints them; this keeps the script from rotting and checks what it r
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_engine.py"
+from conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_engine", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_engine")
 
 
 def test_bf16_run_against_an_fp32_baseline_reports_pairings_and_near_ties(
@@ -68,10 +63,7 @@ def test_repeats_and_the_compiled_whole_step_pairing_on_the_cpu(bench, tiny_chec
 
 
 def test_weight_layout_bench_runs_both_layouts(tiny_checkpoint, capsys):
-    path = SCRIPT.parent / "bench_weight_layout.py"
-    spec = importlib.util.spec_from_file_location("bench_weight_layout", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("bench_weight_layout")
     res = mod.main(["--model", str(tiny_checkpoint), "--rounds", "1", "--calls", "1",
                     "--no-compile"])
     n = 4 * 7 + 1  # the tiny target's linear layers: 7 in each of 4, and the output head

@@ -3,20 +3,14 @@ are what they say (figures themselves are not checked: a benchmark prints them).
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_step_stages.py"
+from conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def stages():
-    spec = importlib.util.spec_from_file_location("bench_step_stages", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_step_stages")
 
 
 def test_every_drafter_and_k_gets_its_stages_and_derived_costs(stages, tiny_checkpoint, capsys):

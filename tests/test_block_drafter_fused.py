@@ -56,7 +56,7 @@ def test_fused_observe_writes_what_the_per_layer_observe_writes(tiny_checkpoint,
     target, fused = _setup(tiny_checkpoint, k_major, fused=True)
     _, plain = _setup(tiny_checkpoint, k_major, fused=False)
     with torch.inference_mode():
-        assert fused._ctx_proj is not None and getattr(plain, "_ctx_proj", None) is None
+        assert fused._ctx_proj is not None and plain._ctx_proj is None
         assert fused._ctx_proj.t().is_contiguous() == k_major  # the layout it joined
         _observe_prompts(target, fused)
         _observe_prompts(target, plain)
@@ -107,7 +107,7 @@ def test_engine_fuses_plain_drafters_and_not_fp8_ones_even_when_shared(tiny_chec
 
     target, _ = load_target(tiny_checkpoint)
     prop = load_proposer(tiny_checkpoint, "dflash", target)
-    base = dict(model_dir=str(tiny_checkpoint), max_num_seqs=2, max_model_len=64)
+    base = {"model_dir": str(tiny_checkpoint), "max_num_seqs": 2, "max_model_len": 64}
     LLMEngine(EngineConfig(**base, speculative={"method": "dflash",
                                                 "num_speculative_tokens": 3}),
               model=target, proposer=prop)
