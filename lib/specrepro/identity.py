@@ -1,0 +1,162 @@
+"""A cell's identity, in one place: what defines a measurement, and the hashes of it.
+
+Design:
+- A cell (one arm x workload x concurrency x sampling x repeat) is identified by a hash of
+  everything that defines it (`cell_identity`): the resolved arm's profile with its flags
+  and model revisions (`profile_identity`), the workload as declared, the concurrency, the
+  sampling, the repeat and its seed, the engine version and the study's measurement
+  settings. The runner keys the results store by it, and the notebooks' loader recomputes it
+  to keep out stored rows that were measured under other parameters; both call `cell_id`.
+- `digest(*parts, **fields)`: sorted-key compact JSON, sha256, first 16 hex digits (the
+  store's cell ids). `params_hash(obj)`: the profile hash a run's manifest records (sorted-key
+  JSON with the default separators; kept apart from `digest` because stored manifests carry
+  it). Pydantic models are dumped in JSON mode first.
+- Model fingerprint: a profile names its model by id and revision. A hub id's revision pins
+  its weights; a local directory (the embedded checkpoint, a researcher's own copy) has none,
+  so without a fingerprint a retrained checkpoint would replay cells measured on the old
+  weights. `local_model_fingerprint(id)`: None when `id` is not an existing directory (a hub
+  id); else sha256 over the sorted relative paths of its files and their contents. Prose that
+  does not change what is served (`*.md`, the training reports `quality*.json`) is left out.
+  Files above `FULL_HASH_LIMIT` (a 27B model's shards) contribute their size and their first
+  and last MiB instead of every byte, so fingerprinting stays fast; the embedded checkpoint
+  (~40 MB) is hashed in full. Relative ids resolve against the working directory, which is
+  the repository root for the runner, the notebooks and the analysis alike. Memoised on
+  (path, every file's size and mtime), since every cell's identity asks.
+- Duck-typed on the params objects (a `Profile`, a `ResolvedStudy`, a `Cell`), so it imports
+  nothing of `params` and `params` nothing of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from fnmatch import fnmatch
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+# Profile fields that do not change what is measured (prose, timeouts).
+PROFILE_PROSE = {"description", "article_arm", "ready_timeout_s"}
+# Study fields that change what a cell measures.
+MEASUREMENT_FIELDS = {"mode", "window_s", "warmup", "ignore_eos", "thinking", "reasoning_effort"}
+
+
+# ------------------------------------------------------------------------------- hashing
+
+
+def jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def digest(*parts: Any, **fields: Any) -> str:
+    """Stable hash of everything given: sorted-key compact JSON, sha256, 16 hex digits."""
+    payload = {"_": list(parts), **fields} if parts else fields
+    text = json.dumps(jsonable(payload), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def params_hash(obj: Any) -> str:
+    """Short stable hash of any params object or mapping (sorted-key JSON, sha256)."""
+    if hasattr(obj, "model_dump"):
+        obj = obj.model_dump(mode="json")
+    text = json.dumps(obj, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- identities
+
+
+def profile_identity(profile: Any) -> dict:
+    """What of a profile defines the measurement (no prose, no timeouts); a model or drafter
+    that is a local directory adds its content fingerprint."""
+    ident = profile.model_dump(mode="json", exclude=PROFILE_PROSE)
+    for key, ref in (("model", profile.model), ("drafter", profile.drafter)):
+        content = local_model_fingerprint(ref.id) if ref is not None else None
+        if content is not None:
+            ident[key]["content_sha256"] = content
+    return ident
+
+
+def profile_hash(profile: Any) -> str:
+    """The profile hash a run's manifest records for an arm."""
+    return params_hash(profile_identity(profile))
+
+
+def measurement(study: Any) -> dict:
+    """Study-level settings that change what a cell measures."""
+    return study.model_dump(mode="json", include=MEASUREMENT_FIELDS)
+
+
+def cell_identity(study: Any, cell: Any, engine_version: str | None) -> dict:
+    """Everything that defines a cell of a resolved study: the resolved arm (profile and
+    overrides, model revisions inside), workload, concurrency, sampling, repeat, seed,
+    engine version and the study's measurement settings."""
+    arm = next(a for a in study.arms if a.name == cell.arm.name)
+    return {
+        "arm": {"name": arm.name, "profile": profile_identity(arm.resolved)},
+        "workload": cell.workload.model_dump(mode="json"),
+        "concurrency": cell.concurrency,
+        "sampling": cell.sampling.model_dump(mode="json"),
+        "repeat": cell.repeat,
+        "seed": cell.seed,
+        "engine_version": engine_version,
+        "measurement": measurement(study),
+    }
+
+
+def cell_id(study: Any, cell: Any, engine_version: str | None) -> str:
+    """The results store's key for a cell measured on an engine of this version."""
+    return digest(cell_identity(study, cell, engine_version))
+
+
+# --------------------------------------------------------------------- model fingerprint
+
+SKIP_SUFFIXES = (".md",)
+SKIP_NAMES = ("quality*.json",)  # fnmatch patterns
+FULL_HASH_LIMIT = 256 * 2**20
+EDGE = 2**20
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*")
+                  if p.is_file() and p.suffix not in SKIP_SUFFIXES and not any(fnmatch(p.name, pat) for pat in SKIP_NAMES)
+                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
+def _file_digest(path: Path, size: int) -> bytes:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        if size <= FULL_HASH_LIMIT:
+            for chunk in iter(lambda: f.read(2**20), b""):
+                h.update(chunk)
+        else:
+            h.update(b"edges:%d:" % size + f.read(EDGE))
+            f.seek(size - EDGE)
+            h.update(f.read(EDGE))
+    return h.digest()
+
+
+@lru_cache(maxsize=64)
+def _fingerprint(root: str, stamp: tuple) -> str:
+    h = hashlib.sha256()
+    base = Path(root)
+    for rel, size, _ in stamp:
+        h.update(rel.encode() + b"\0" + _file_digest(base / rel, size))
+    return h.hexdigest()[:16]
+
+
+def local_model_fingerprint(model_id: str) -> str | None:
+    """sha256 (16 hex digits) of a local model directory's files, or None for a hub id."""
+    root = Path(model_id)
+    if not root.is_dir():
+        return None
+    stamp = tuple((p.relative_to(root).as_posix(), (st := p.stat()).st_size, st.st_mtime_ns)
+                  for p in _files(root))
+    return _fingerprint(str(root.resolve()), stamp)
