@@ -6,8 +6,9 @@ Downloads (once, `pip download --no-deps`) the pinned wheels of vLLM 0.33.0 and
 SGLang 0.5.23 into a git-ignored cache and reads their source with `ast`; the
 packages are never imported (they need torch 2.14 and a GPU). Writes
 `lib/specrepro/harness/engine_cli/{vllm-0.33.0,sglang-0.5.23}.json`, which the
-engine adapters validate every profile against. The lists are this script's
-output, never typed by hand: regenerate them when an engine version changes.
+engine adapters validate every profile against (`specrepro.harness.flags` reads them).
+The lists are this script's output, never typed by hand: regenerate them when an engine
+version changes.
 
 How each engine registers its flags, which this script mirrors:
 

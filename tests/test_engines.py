@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specrepro.harness import engines
+from specrepro.harness import engines, process
 from specrepro.harness.engines import (
     EngineError,
-    engine_cli,
     launch,
     parse_sglang_log,
     parse_vllm_log,
     render_argv,
 )
+from specrepro.harness.flags import engine_cli
 from specrepro.params import ParamsError, Profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,20 +51,20 @@ def test_generated_lists_come_from_the_wheels():
 
 def test_engine_facts_hold_in_the_extracted_lists():
     vllm, sglang = engine_cli("vllm-0.33.0"), engine_cli("sglang-0.5.23")
-    # ENGINE_FACTS §1.1: no dflash2 method; mtp and dflash exist
+    # no dflash2 method; mtp and dflash exist
     assert "dflash2" not in vllm["speculative_methods"]
     assert {"mtp", "dflash", "ngram", "draft_model", "eagle3"} <= set(vllm["speculative_methods"])
-    # §1.4/§1.5: online FP8 shorthand and the batch-size schedule key
+    # online FP8 shorthand and the batch-size schedule key
     assert "fp8_per_tensor" in vllm["quantization_methods"]
     assert "num_speculative_tokens_per_batch_size" in vllm["speculative_config_keys"]
-    assert "block_size" not in vllm["speculative_config_keys"]  # §1.3: no block-size key
-    # §1.8: prefix caching is a BooleanOptionalAction; cudagraph modes; metrics flag choices
+    assert "block_size" not in vllm["speculative_config_keys"]  # no block-size key
+    # prefix caching is a BooleanOptionalAction; cudagraph modes; metrics flag choices
     assert {"--enable-prefix-caching", "--no-enable-prefix-caching"} <= set(vllm["flags"])
     assert vllm["cudagraph_modes"] == ["FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY",
                                        "NONE", "PIECEWISE"]
     assert vllm["flag_choices"]["--per-request-spec-decode-metrics"] == ["detailed", "none",
                                                                           "summary"]
-    # §4.1: SGLang algorithms, no DFLASH2, NEXTN alias; §4.2 flags
+    # SGLang algorithms, no DFLASH2, NEXTN alias; its flags
     assert "DFLASH2" not in sglang["speculative_algorithms"]
     assert {"DFLASH", "NEXTN", "EAGLE", "STANDALONE"} <= set(sglang["speculative_algorithms"])
     assert "--cuda-graph-max-bs" not in sglang["flags"]
@@ -341,7 +341,7 @@ def test_process_death_fails_fast_with_log_tail(fake, tmp_path):
         launch(fake("vllm", FAKE_MODE="die", timeout=60), tmp_path)
     assert time.monotonic() - started < 10
     assert "exited with code 3" in str(err.value)
-    assert not engines._LIVE
+    assert not process._LIVE
 
 
 def test_ready_timeout_stops_the_group(fake, tmp_path):
@@ -364,11 +364,11 @@ def test_ctrl_c_while_waiting_leaves_no_orphan(fake, tmp_path, monkeypatch):
         launch(fake("vllm", FAKE_MODE="never_ready", FAKE_DELAY="0"), tmp_path)
     monkeypatch.undo()
     assert gone_within(child_pid(log), seconds=5)  # SIGKILL is delivered asynchronously
-    assert not engines._LIVE
+    assert not process._LIVE
 
 
 def test_sigterm_ignored_escalates_to_sigkill(fake, tmp_path, monkeypatch):
-    monkeypatch.setattr(engines, "STOP_GRACE_S", 1.0)
+    monkeypatch.setattr(process, "STOP_GRACE_S", 1.0)
     engine = launch(fake("vllm", FAKE_MODE="stubborn"), tmp_path)
     child = child_pid(engine.log_path)
     engine.stop()

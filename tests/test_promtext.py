@@ -1,4 +1,4 @@
-"""Prometheus text of vLLM 0.33.0 and SGLang 0.5.23 (names from ENGINE_FACTS.md) → counters."""
+"""Prometheus text of vLLM 0.33.0 and SGLang 0.5.23 (the engines' own metric names) → counters."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from specrepro.grading import grade_gsm8k
-from specrepro.harness import engines, promtext
+from specrepro.harness import process, promtext
 from specrepro.harness.runner import IGNORE_EOS_WARNING, main, resolve, run_study
 from specrepro.results import ResultStore, load_attempts
 
@@ -59,11 +59,11 @@ def study(params: Path, arms: list[dict], **extra) -> Path:
 
 
 def served_model(url: str) -> str:
-    return engines.http_json(f"{url}/v1/models")["data"][0]["id"]
+    return process.http_json(f"{url}/v1/models")["data"][0]["id"]
 
 
 def scrape(url: str) -> promtext.SpecCounters:
-    return promtext.parse(engines.http_get(f"{url}/metrics")[1].decode(), "embedded")
+    return promtext.parse(process.http_get(f"{url}/metrics")[1].decode(), "embedded")
 
 
 def run(path: Path, tmp: Path, **kw):
@@ -253,7 +253,7 @@ def when_second_cell_streams(store_root: Path, url: str, act) -> threading.Threa
         base = None  # generation tokens when the first cell was stored
         while time.monotonic() < deadline:
             if list((store_root / "cells").glob("*.parquet")):
-                status, body = engines.http_get(f"{url}/metrics", timeout=5)
+                status, body = process.http_get(f"{url}/metrics", timeout=5)
                 snap = promtext.parse(body.decode(), "embedded") if status == 200 else None
                 gen = None if snap is None else snap.generation_tokens
                 thread.seen.append((round(time.monotonic(), 3), status,
@@ -348,7 +348,7 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(
         statuses = sorted(store.load_attempts()["status"].to_list())
         assert statuses == ["interrupted", "ok"]
         assert store.manifest()["sessions"][-1]["status"] == "interrupted"
-        assert not engines.port_open("127.0.0.1", port)  # the engine was stopped
+        assert not process.port_open("127.0.0.1", port)  # the engine was stopped
         summary, store = run(path, tmp_path)
         assert (summary.ok, summary.skipped) == (1, 1) and store.load_cells().height == 2
     finally:
@@ -374,8 +374,8 @@ def test_transformers_peer_arm(tiny_checkpoint, params_dir, tmp_path):
 
 
 def test_sglang_acceptance_from_per_response_fields():
+    from specrepro.harness.cells import acceptance
     from specrepro.harness.loadgen import RequestRecord
-    from specrepro.harness.runner import acceptance
 
     def rec(verify, correct, hist):
         r = RequestRecord(0, "p", 0)

@@ -3,150 +3,55 @@
 Design:
 - One adapter per engine kind (`VLLMAdapter`, `SGLangAdapter`, `EmbeddedAdapter`,
   `AttachAdapter`), each a small class that knows that engine's flags, readiness
-  signal, version route, startup log lines and metric family (ENGINE_FACTS.md).
-- Flags are data (`profile.flags`), rendered to an argv list, never a shell string.
-  Every vLLM/SGLang flag, speculative-config key and method value is checked against
-  the lists `scripts/extract_engine_cli.py` generated from the real wheels
-  (`engine_cli/*.json`); a wrong one fails as a `ParamsError` naming the profile file
-  and the flag. Flags the adapter derives from profile fields (model, port,
-  parallelism, speculation) may not also appear in `flags`.
+  signal, version route, startup log lines and metric family.
+- `render_argv` turns a profile into the engine's argv; the flags are checked and rendered
+  by `flags.py` against the engine version's generated lists (a wrong one fails as a
+  `ParamsError` naming the profile file and the flag). The embedded engine's lists, its
+  `--speculative-config` keys, methods and drafter precisions are the contract in
+  `specrepro.speculative`, which its server's parser is built from, so the two cannot part.
+  SGLang's algorithms are vLLM's methods in SGLang's spelling (`SGLangAdapter.ALGORITHMS`).
 - `launch()` starts the command in its own process group with the profile's env, logs
   to a file, and waits on the engine's own readiness signal (vLLM and the embedded
   engine `GET /health`; SGLang `GET /ready`, never `/health`, which runs a generation
   and pollutes the counters). It fails fast when the process exits, and at the
   profile's `ready_timeout_s`, with the log's tail in the error; on any error,
-  Ctrl-C included, the group is stopped before the exception propagates.
-- `EngineHandle.stop()` sends SIGTERM to the group, waits, then SIGKILL; handles are
-  context managers and every live one is stopped at interpreter exit (atexit).
-- The harness reaches engines over HTTP only (stdlib `urllib`: a few small blocking
-  calls; the load generator has its own async client).
+  Ctrl-C included, the group is stopped before the exception propagates. The running
+  engine is a `process.EngineHandle`.
+- Startup facts come from the engine's own log lines (`parse_vllm_log`, `parse_sglang_log`):
+  the KV pool in tokens and how many requests it holds.
 """
 
 from __future__ import annotations
 
-import atexit
-import difflib
-import functools
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import ClassVar
 
-from specrepro.harness import promtext
-from specrepro.params import ParamsError, Problem, Profile
+from specrepro import speculative
+from specrepro.harness.flags import (
+    FlagCheck,
+    engine_cli,
+    flag_name,
+    model_flags,
+    profile_file,
+    render_flags,
+)
+from specrepro.harness.process import EngineHandle, StartupInfo, http_get, http_json, port_open
+from specrepro.params import Profile
 
-STOP_GRACE_S = 30.0  # SIGTERM → SIGKILL: vLLM's engine cores need a few seconds to exit
 POLL_S = (0.1, 1.0)  # readiness polling starts fast and backs off to once a second
-LOG_TAIL_LINES = 40
 
 
 class EngineError(RuntimeError):
     """The engine failed to start, died, or did not become ready; the message has the log tail."""
 
 
-# ------------------------------------------------------------------ accepted flag lists
-
-
-@functools.cache
-def engine_cli(name: str) -> dict:
-    """The generated list of what one engine version accepts (engine_cli/<name>.json)."""
-    text = resources.files("specrepro.harness").joinpath("engine_cli", f"{name}.json").read_text()
-    return json.loads(text)
-
-
-def profile_file(profile: Profile, source: str | Path | None = None) -> str:
-    """The file to name in an error: the given source, else the profile's conventional path."""
-    if source is not None:
-        return str(source)
-    return str(getattr(profile, "source", None) or f"params/profiles/{profile.name}.yaml")
-
-
-def flag_name(key: str) -> str:
-    """`gpu-memory-utilization`, `--gpu-memory-utilization` or `gpu_memory_utilization` → `--…`."""
-    return "--" + key.lstrip("-").replace("_", "-")
-
-
-def _suggest(found: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(found, valid, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-@dataclass
-class FlagCheck:
-    """Collects every problem of one profile's argv so the error lists them all at once."""
-
-    file: str
-    what: str  # "vLLM 0.33.0"
-    problems: list[Problem] = field(default_factory=list)
-
-    def fail(self, key: str, message: str) -> None:
-        self.problems.append(Problem(self.file, key, message))
-
-    def raise_if_any(self) -> None:
-        if self.problems:
-            raise ParamsError(self.problems)
-
-    def one_of(self, key: str, found: Any, valid: list[str], what: str) -> bool:
-        if found in valid:
-            return True
-        self.fail(key, f"expected {what} {self.what} accepts, found {found!r}"
-                       f"{_suggest(str(found), valid)}")
-        return False
-
-
-def render_flags(flags: dict[str, Any], accepted: dict, reserved: dict[str, str],
-                 check: FlagCheck) -> list[str]:
-    """profile.flags → argv: true → bare flag, false → `--no-flag` (or nothing for a
-    store_true flag), a mapping → compact JSON, a list → one value per item (nargs),
-    anything else → its text. Each flag and each listed choice is checked."""
-    known, choices = set(accepted["flags"]), accepted.get("flag_choices", {})
-    argv: list[str] = []
-    for key, value in flags.items():
-        name, where = flag_name(key), f"flags.{key}"
-        if name in reserved:
-            check.fail(where, f"expected it from the profile's {reserved[name]}, found it in flags")
-            continue
-        if not check.one_of(where, name, sorted(known), "a flag"):
-            continue
-        if value is None:
-            continue
-        if value is True:
-            argv.append(name)
-        elif value is False:
-            negated = "--no-" + name[2:]
-            argv += [negated] if negated in known else []
-        elif isinstance(value, dict):
-            argv += [name, json.dumps(value, separators=(",", ":"))]
-        elif isinstance(value, list):
-            argv += [name, *(str(v) for v in value)]
-        else:
-            if name in choices:
-                check.one_of(where, str(value), choices[name], f"a value of {name}")
-            argv += [name, str(value)]
-    return argv
-
-
-# ------------------------------------------------------------------------ startup facts
-
-
-@dataclass(frozen=True)
-class StartupInfo:
-    """What the engine's startup log says about its capacity."""
-
-    kv_pool_tokens: int | None = None
-    max_concurrency: float | None = None  # vLLM: full-length requests the pool holds; SGLang: slots
-    tokens_per_request: int | None = None  # the length vLLM's concurrency figure refers to
-    max_running_requests: int | None = None
+# ------------------------------------------------------------------- startup log lines
 
 
 def _int(text: str) -> int:
@@ -181,163 +86,7 @@ def parse_sglang_log(text: str) -> StartupInfo:
                        max_running_requests=slots)
 
 
-# ------------------------------------------------------------------------------ HTTP
-
-
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of a GET; status 0 when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return 0, b""
-
-
-def http_json(url: str, timeout: float = 5.0) -> Any:
-    status, body = http_get(url, timeout)
-    if status != 200:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
-
-
-def port_open(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-# ---------------------------------------------------------------------------- handles
-
-
-_LIVE: set[EngineHandle] = set()
-
-
-@atexit.register
-def _stop_all() -> None:
-    """No orphan engines: whatever exit path the interpreter takes that runs atexit."""
-    for handle in list(_LIVE):
-        handle.stop()
-
-
-@dataclass(eq=False)
-class EngineHandle:
-    """A running engine (launched here, or attached to), and how to read it."""
-
-    profile: Profile
-    adapter: EngineAdapter
-    url: str
-    process: subprocess.Popen | None = None
-    log_path: Path | None = None
-    argv: list[str] | None = None
-    version: str | None = None
-    startup: StartupInfo = field(default_factory=StartupInfo)
-    warnings: list[str] = field(default_factory=list)
-    attached: str | None = None  # attach: the engine found behind the URL
-
-    @property
-    def engine(self) -> str:
-        """Which metric family the counters use: 'vllm', 'embedded' or 'sglang'."""
-        return self.adapter.metrics_engine(self)
-
-    def alive(self) -> bool:
-        return self.process is None or self.process.poll() is None
-
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def metrics_text(self) -> str | None:
-        status, body = http_get(f"{self.url}/metrics", timeout=10.0)
-        return body.decode(errors="replace") if status == 200 else None
-
-    def counters(self) -> promtext.SpecCounters:
-        """A scrape of /metrics; every field None when the endpoint is missing."""
-        text = self.metrics_text()
-        return promtext.parse(text or "", self.engine)
-
-    def request_extras(self) -> dict:
-        return self.adapter.request_extras(self.profile)
-
-    def stop(self) -> None:
-        """SIGTERM the process group, wait, SIGKILL what is left. Idempotent; a second
-        Ctrl-C while it waits kills the group at once."""
-        _LIVE.discard(self)
-        proc = self.process
-        if proc is None:
-            return
-        pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
-        try:
-            _signal_group(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-            # Children the leader left behind still carry the group id.
-            deadline = time.monotonic() + STOP_GRACE_S
-            while _group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-        finally:
-            _signal_group(pgid, signal.SIGKILL)
-            proc.wait()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs; zombies (exited, not yet reaped by
-    init) do not count. Reads /proc where there is one, else probes with signal 0."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state, _ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
-        except (OSError, ValueError):
-            continue
-        if int(pgrp) == pgid and state != "Z":
-            return True
-    return False
-
-
 # ---------------------------------------------------------------------------- adapters
-
-
-def model_flags(profile: Profile, tp_flag: str, dp_flag: str) -> list[str]:
-    """Revision, served name, address and the engine's own parallelism flags."""
-    argv = []
-    if profile.model.revision:
-        argv += ["--revision", profile.model.revision]
-    if profile.model.served_name:
-        argv += ["--served-model-name", profile.model.served_name]
-    argv += ["--host", profile.host, "--port", str(profile.port)]
-    if profile.parallel.tensor_parallel_size > 1:
-        argv += [tp_flag, str(profile.parallel.tensor_parallel_size)]
-    if profile.parallel.data_parallel_size > 1:
-        argv += [dp_flag, str(profile.parallel.data_parallel_size)]
-    return argv
 
 
 class EngineAdapter:
@@ -389,8 +138,7 @@ class EngineAdapter:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True,
                                        env={**os.environ, **profile.env})
-        handle = EngineHandle(profile, self, url, process, log_path, argv)
-        _LIVE.add(handle)
+        handle = EngineHandle(profile, self, url, process, log_path, argv)  # now live: stopped at exit
         try:
             self.wait_ready(handle, profile.ready_timeout_s)
             self.describe(handle)
@@ -503,26 +251,18 @@ class VLLMAdapter(EngineAdapter):
 class EmbeddedAdapter(VLLMAdapter):
     """`python -m specrepro.embedded.serve --model DIR …`: it mirrors `vllm serve`.
 
-    Its flags are the contract in docs/architecture.md ("the embedded server's command
-    line"); it prints vLLM's startup lines and exposes vLLM's metric names.
+    Its flags, their closed choices, its `--speculative-config` keys, methods and drafter
+    precisions are read from `specrepro.speculative`, the contract its server's parser is
+    built from (docs/architecture.md, "the embedded server's command line"); it prints
+    vLLM's startup lines and exposes vLLM's metric names.
     """
 
     kind = "embedded"
     what = "the embedded engine"
-    # docs/architecture.md, "Contract: the embedded server's command line".
-    CONTRACT_FLAGS = ("--model", "--served-model-name", "--host", "--port", "--device", "--dtype",
-                      "--quantization", "--max-num-seqs", "--max-model-len",
-                      "--max-num-batched-tokens", "--kv-cache-memory-bytes",
-                      "--speculative-config", "--max-waiting", "--seed", "--compile",
-                      "--no-compile", "--log-file")
-    SPEC_KEYS = ("method", "num_speculative_tokens", "num_speculative_tokens_per_batch_size",
-                 "quantization", "prompt_lookup_min", "prompt_lookup_max", "model")
-    SPEC_METHODS = ("mtp", "dflash", "draft_model", "ngram")
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
-        accepted = {"flags": list(self.CONTRACT_FLAGS), "flag_choices": {
-            "--device": ["cpu", "cuda"], "--dtype": ["float32", "bfloat16"],
-            "--quantization": ["none", "nvfp4"]}}
+        accepted = {"flags": speculative.server_flag_names(),
+                    "flag_choices": speculative.server_flag_choices()}
         check = FlagCheck(profile_file(profile, source), self.what)
         if profile.parallel.tensor_parallel_size > 1 or profile.parallel.data_parallel_size > 1:
             check.fail("parallel", "expected 1 and 1 (the embedded engine has no tensor or data "
@@ -534,11 +274,14 @@ class EmbeddedAdapter(VLLMAdapter):
         if profile.speculative is not None:
             spec = profile.speculative.model_dump(mode="json", exclude_none=True)
             for key, value in spec.items():
-                if check.one_of(f"speculative.{key}", key, list(self.SPEC_KEYS),
+                if check.one_of(f"speculative.{key}", key, list(speculative.SPEC_KEYS),
                                 "a --speculative-config key") and key == "method":
-                    check.one_of("speculative.method", value, list(self.SPEC_METHODS), "a method")
-            if spec.get("quantization") not in (None, "fp8_per_tensor"):
-                check.fail("speculative.quantization", "expected null or 'fp8_per_tensor', "
+                    check.one_of("speculative.method", value, list(speculative.EMBEDDED_METHODS),
+                                 "a method")
+            if spec.get("quantization") not in speculative.DRAFTER_QUANTIZATIONS:
+                valid = " or ".join("null" if q is None else repr(q)
+                                    for q in speculative.DRAFTER_QUANTIZATIONS)
+                check.fail("speculative.quantization", f"expected {valid}, "
                                                        f"found {spec['quantization']!r}")
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         argv += render_flags(profile.flags, accepted, self.reserved, check)
@@ -552,7 +295,7 @@ class SGLangAdapter(EngineAdapter):
     kind = "sglang"
     cli = "sglang-0.5.23"
     what = "SGLang 0.5.23"
-    ready_path = "/ready"  # never /health: it runs a real generation (ENGINE_FACTS §5)
+    ready_path = "/ready"  # never /health: it runs a real generation of at least 1 s
     # vLLM method → SGLang algorithm. NEXTN is SGLang's name for MTP (an EAGLE alias).
     ALGORITHMS: ClassVar[dict[str, str]] = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "dflash": "DFLASH",
                   "draft_model": "STANDALONE", "ngram": "NGRAM", "dspark": "DSPARK"}
@@ -588,7 +331,7 @@ class SGLangAdapter(EngineAdapter):
 
     def speculative_flags(self, profile: Profile, accepted: dict, check: FlagCheck) -> list[str]:
         """Same K on both engines: vLLM K drafts = SGLang steps K, topk 1, K+1 draft tokens
-        (EAGLE/NEXTN/STANDALONE) or a DFLASH block of K+1 (ENGINE_FACTS §5)."""
+        (EAGLE/NEXTN/STANDALONE) or a DFLASH block of K+1."""
         spec = profile.speculative
         algorithm = self.ALGORITHMS.get(spec.method)
         if algorithm is None or algorithm not in accepted["speculative_algorithms"]:
@@ -634,7 +377,8 @@ class SGLangAdapter(EngineAdapter):
         return parse_sglang_log(text)
 
     def request_extras(self, profile: Profile) -> dict:
-        # Per-response acceptance fields under sglext.spec_tokens_details (§4.4).
+        # Asked for, SGLang returns per-response acceptance fields under
+        # sglext.spec_tokens_details (in the final chunk of a stream).
         return {"return_spec_tokens_details": True} if profile.return_spec_details else {}
 
 
@@ -681,8 +425,9 @@ class AttachAdapter(EngineAdapter):
     def metrics_engine(self, handle: EngineHandle) -> str:
         return handle.attached or "vllm"
 
-    def request_extras(self, profile: Profile) -> dict:
-        return {"return_spec_tokens_details": True} if profile.return_spec_details else {}
+    # Whatever answers is asked for SGLang's per-response acceptance fields, as a launched
+    # SGLang is, when the profile's return_spec_details says so.
+    request_extras = SGLangAdapter.request_extras
 
 
 ADAPTERS: dict[str, EngineAdapter] = {

@@ -14,8 +14,8 @@ Design:
 - Every request is streamed with `stream_options: {include_usage, continuous_usage_stats}`
   where the engine has it, so a chunk carrying m tokens (a speculative step) is counted as
   m tokens: its gap since the previous token-carrying chunk is split into m inter-token
-  latencies of gap/m (vLLM's own ITL histogram is per step, SGLang's per token:
-  ENGINE_FACTS §2, §4.3; ours is per token). Tokens that arrive with the first chunk get
+  latencies of gap/m (vLLM's own ITL histogram is per step, SGLang's per token;
+  ours is per token). Tokens that arrive with the first chunk get
   0 s. `itl_s` therefore has completion_tokens − 1 entries.
 - Per-request seeds are derived from the cell seed and the prompt index
   (`request_seed`), so a repeat with the same seed sends the same requests.
@@ -39,7 +39,8 @@ from specrepro.workloads import Prompt
 
 SEED_STRIDE = 1_000_003  # a prime: seeds of neighbouring cells do not collide for < 1e6 prompts
 
-# What each engine's OpenAI server accepts beyond the common fields (ENGINE_FACTS §3, §4.5).
+# What each engine's OpenAI server accepts beyond the common fields (SGLang's has no
+# `return_token_ids`).
 ENGINE_FEATURES: dict[str, dict[str, bool]] = {
     "vllm": {"continuous_usage_stats": True, "return_token_ids": True},
     "embedded": {"continuous_usage_stats": True, "return_token_ids": True},

@@ -1,6 +1,6 @@
 """The in-process `transformers` peer: plain and assisted generation on the embedded checkpoint.
 
-Design (DESIGN.md, "Engines"):
+Design:
 - The one engine the harness drives in-process. It loads the embedded checkpoint (a Hugging
   Face Qwen3 folder) with `AutoModelForCausalLM`, and for speculative arms the small draft
   model saved beside it (`<checkpoint>/<name>/`, the drafter whose method is `draft_model`
@@ -193,7 +193,7 @@ class TransformersPeer:
             # A stopping criterion, not `stop_strings`: assisted generation copies the
             # generation config into the assistant's own generate call without the
             # tokenizer, which `stop_strings` needs (transformers raises there).
-            from transformers import StopStringCriteria, StoppingCriteriaList
+            from transformers import StoppingCriteriaList, StopStringCriteria
 
             kw["stopping_criteria"] = StoppingCriteriaList(
                 [StopStringCriteria(self.tokenizer, list(prompt.stop))])

@@ -1,7 +1,7 @@
 """Board power, energy and memory while a cell runs: an NVML sampler thread.
 
 Design:
-- `PowerSampler` samples every `interval_s` (2 s, as DESIGN.md says) in a daemon thread,
+- `PowerSampler` samples every `interval_s` (2 s by default) in a daemon thread,
   plus once at start and once at stop so a short cell still has two samples. Per sample
   it reads, summed over the GPUs it watches (a tensor-parallel engine uses several):
   board power (`nvmlDeviceGetPowerUsage`, mW) and memory used (`nvmlDeviceGetMemoryInfo`).

@@ -6,7 +6,7 @@ Design:
   carry `_total`) and **summed over label sets** (`model_name`, `engine`, `tp_rank`,
   `is_streaming`, ...), so several engine cores or DP ranks add up. `vllm:
   iteration_tokens_total` is a histogram despite its name and is not read.
-- Each engine keeps its counters under its own names (ENGINE_FACTS.md §2, §4.3); the
+- Each engine keeps its counters under its own names (vLLM's `vllm:*`, SGLang's `sglang:*`); the
   `NAMES` table maps them onto one `SpecCounters` record. The embedded engine uses
   vLLM's names. SGLang has no cumulative accepted-token counter: its acceptance comes
   from per-response fields, and its `spec_accept_*` gauges are windowed, so they are

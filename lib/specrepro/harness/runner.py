@@ -7,21 +7,21 @@ Design:
   (workload × concurrency × sampling × repeat): skip it if the store has an `ok` attempt
   (resume), scrape `/metrics` before and after the measured load (inside the load
   generator, after warm-up), sample power and memory, and append one attempt with its
-  requests. Every figure comes from `metrics.py`; nothing is re-derived here.
-- Cell identity includes the engine version, known only once the engine answers. To skip
-  an arm whose cells are all done without launching it, the version an earlier session
-  recorded in the manifest for the same arm and profile is tried first.
+  requests. The row's figures come from `cells.py` (which takes each formula from
+  `metrics.py`); nothing is computed here.
+- Cell identity (`specrepro.identity.cell_id`) includes the engine version, known only once
+  the engine answers. To skip an arm whose cells are all done without launching it, the
+  version an earlier session recorded in the manifest for the same arm and profile hash is
+  tried first.
 - Faults: a cell whose engine dies is appended as `failed` with the first request error
   and the engine log's tail, the arm's remaining cells are left for a re-run, and the run
-  goes on with the next arm. `/metrics` missing leaves acceptance empty with a warning.
-  Counter deltas that do not match the tokens the client saw (another client's traffic, a
-  restart) set `counters_consistent=False` with a warning. Ctrl-C records the current
+  goes on with the next arm. `/metrics` missing or counters that do not match what the
+  client saw are warnings of the cell (`cells.py`). Ctrl-C records the current
   cell as `interrupted` with the requests that ended, stops the engine and ends the
   session as interrupted; a second run resumes.
 - Relative paths in profiles (model, drafter) are relative to the working directory,
   which should be the repository root (engines are started there too).
 """
-
 from __future__ import annotations
 
 import argparse
@@ -37,9 +37,16 @@ from typing import Any
 
 from tqdm import tqdm
 
-from specrepro import metrics
-from specrepro.grading import grade_gsm8k
-from specrepro.harness import engines, power, promtext
+from specrepro import identity
+from specrepro.harness import engines, power, process, promtext
+from specrepro.harness.cells import (
+    baseline_requests,
+    cell_row,
+    grade,
+    gsm8k_fields,
+    identical_share,
+    request_rows,
+)
 from specrepro.harness.loadgen import LoadConfig, LoadGenerator, LoadResult, RequestRecord
 from specrepro.params import (
     Cell,
@@ -48,12 +55,11 @@ from specrepro.params import (
     ResolvedArm,
     ResolvedStudy,
     load_suite,
-    params_hash,
     read_tree,
     resolve_study,
     standalone_suite,
 )
-from specrepro.results import ResultStore, cell_id, now
+from specrepro.results import ResultStore, now
 from specrepro.workloads import Prompt, build_workload
 
 IGNORE_EOS_WARNING = (
@@ -86,7 +92,7 @@ class ArmEngine:
     """The running engine of one arm: an HTTP handle or the in-process peer."""
 
     arm: ResolvedArm
-    handle: engines.EngineHandle | None = None
+    handle: process.EngineHandle | None = None
     peer: Any = None  # peer.TransformersPeer
 
     @property
@@ -115,7 +121,7 @@ class ArmEngine:
             return False
         adapter = engines.ADAPTERS.get(self.handle.attached or self.profile.engine)
         path = adapter.ready_path if adapter is not None else "/health"
-        return engines.http_get(self.handle.url + path, timeout=5.0)[0] != 0
+        return process.http_get(self.handle.url + path, timeout=5.0)[0] != 0
 
     def scrape(self) -> str | None:
         return None if self.peer is not None else self.handle.metrics_text()
@@ -123,7 +129,7 @@ class ArmEngine:
     def describe(self) -> dict:
         p = self.profile
         info = {"arm": self.arm.name, "profile": p.name, "profile_file": p.source,
-                "profile_hash": params_hash(p.identity()), "engine": p.engine,
+                "profile_hash": identity.profile_hash(p), "engine": p.engine,
                 "version": self.version, "flags": p.flags,
                 "speculative": p.speculative.model_dump(mode="json") if p.speculative else None}
         if self.handle is not None:
@@ -150,7 +156,7 @@ def start_engine(arm: ResolvedArm, log_dir: Path, root: Path) -> ArmEngine:
 
 def known_version(store: ResultStore, arm: ResolvedArm) -> str | None:
     """The engine version an earlier session recorded for this arm and profile."""
-    want = params_hash(arm.resolved.identity())
+    want = identity.profile_hash(arm.resolved)
     for session in reversed(store.manifest().get("sessions", [])):
         for eng in reversed(session.get("engines") or []):
             if eng.get("arm") == arm.name and eng.get("profile_hash") == want:
@@ -160,144 +166,6 @@ def known_version(store: ResultStore, arm: ResolvedArm) -> str | None:
 
         return version()
     return None
-
-
-# ------------------------------------------------------------------------ figures
-
-
-def acceptance(delta: promtext.SpecCounters | None, records: Sequence[RequestRecord],
-               family: str) -> dict:
-    """Acceptance counters and figures of a cell: engine counters (vLLM names), SGLang's
-    per-response fields, or the peer's own counts."""
-    drafts = draft_tokens = accepted = None
-    per_pos = None
-    if family == "transformers":
-        from specrepro.harness.peer import peer_counts
-
-        c = peer_counts(records)
-        if c is not None:
-            drafts, draft_tokens = c["num_drafts"], c["num_draft_tokens"]
-            accepted, per_pos = c["num_accepted_tokens"], c["accepted_per_pos"]
-    elif family == "sglang":
-        c = sglang_counts(records)
-        if c is not None:
-            drafts, draft_tokens, accepted, per_pos = c
-    elif delta is not None:
-        drafts, draft_tokens = delta.num_drafts, delta.num_draft_tokens
-        accepted, per_pos = delta.num_accepted_tokens, delta.accepted_per_pos
-    return {"num_drafts": drafts, "num_draft_tokens": draft_tokens,
-            "num_accepted_tokens": accepted,
-            "acceptance_length": metrics.acceptance_length(accepted, drafts),
-            "draft_acceptance_rate": metrics.draft_acceptance_rate(accepted, draft_tokens),
-            "per_position_acceptance": metrics.per_position_acceptance(per_pos, drafts)}
-
-
-def sglang_counts(records: Sequence[RequestRecord]):
-    """Σ spec_verify_ct, Σ spec_num_proposed_drafts, Σ spec_num_correct_drafts and the
-    per-position counts from spec_correct_drafts_histogram (hist[j]: steps with j correct
-    drafts, so position i was accepted in Σ_{j>i} hist[j] steps). ENGINE_FACTS §4.4."""
-    rows = [(r.spec or {}).get("sglext", {}).get("spec_tokens_details") for r in records]
-    rows = [d for d in rows if d]
-    if not rows:
-        return None
-    drafts = sum(d.get("spec_verify_ct", 0) for d in rows)
-    proposed = sum(d.get("spec_num_proposed_drafts", 0) for d in rows)
-    correct = sum(d.get("spec_num_correct_drafts", 0) for d in rows)
-    hists = [d.get("spec_correct_drafts_histogram") for d in rows]
-    per_pos = None
-    if all(isinstance(h, list) for h in hists):
-        k = max(len(h) for h in hists) - 1
-        per_pos = [sum(sum(h[j] for j in range(i + 1, len(h))) for h in hists)
-                   for i in range(max(k, 0))]
-    return drafts, proposed, correct, per_pos
-
-
-def latency_fields(records: Sequence[RequestRecord]) -> dict:
-    ok = [r for r in records if r.ok]
-    ttft = [r.ttft_s * 1000 for r in ok if r.ttft_s is not None]
-    itl = [x * 1000 for r in ok for x in r.itl_s]
-    e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
-    return {"ttft_p50_ms": metrics.percentile(ttft, 50), "ttft_p95_ms": metrics.percentile(ttft, 95),
-            "itl_p50_ms": metrics.percentile(itl, 50), "e2e_p50_s": metrics.percentile(e2e, 50)}
-
-
-def grade(records: Sequence[RequestRecord], prompts: dict[str, Prompt]) -> dict[int, dict]:
-    """GSM8K strict/flexible per request (the very outputs that were timed)."""
-    out = {}
-    for r in records:
-        p = prompts.get(r.prompt_id)
-        if r.ok and p is not None and p.workload == "gsm8k" and p.reference:
-            g = grade_gsm8k(r.text, p.reference)
-            out[r.request_idx] = {"gsm8k_strict": g["strict"], "gsm8k_flexible": g["flexible"]}
-    return out
-
-
-def repetition(records: Sequence[RequestRecord]) -> float | None:
-    """Repeated-4-gram share of the outputs: token ids where every output has them, else words."""
-    ok = [r for r in records if r.ok]
-    if ok and all(r.token_ids is not None for r in ok):
-        return metrics.pooled_repeated_ngram_share([r.token_ids for r in ok], 4)
-    return metrics.pooled_repeated_ngram_share([metrics.words(r.text) for r in ok], 4)
-
-
-def identical_share(records: Sequence[RequestRecord], baseline) -> float | None:
-    """Share of requests whose output equals the baseline arm's on the same prompt and seed:
-    token ids where both have them (the lossless check), else text."""
-    if baseline is None or baseline.height == 0:
-        return None
-    base = {(row["prompt_id"], row["seed"]): row for row in baseline.iter_rows(named=True)
-            if row["error"] is None}
-    same = total = 0
-    for r in records:
-        b = base.get((r.prompt_id, r.seed))
-        if not r.ok or b is None:
-            continue
-        total += 1
-        if r.token_ids is not None and b["token_ids"] is not None:
-            same += list(r.token_ids) == list(b["token_ids"])
-        else:
-            same += r.text == b["text"]
-    return same / total if total else None
-
-
-def baseline_requests(store: ResultStore, study: ResolvedStudy, cell: Cell):
-    """The baseline arm's requests for the same workload, concurrency, sampling, repeat, seed."""
-    if study.baseline is None or study.baseline == cell.arm.name:
-        return None
-    import polars as pl
-
-    cells = store.load_cells()
-    s = cell.sampling
-    hit = cells.filter((pl.col("arm") == study.baseline)
-                       & (pl.col("workload") == cell.workload.name)
-                       & (pl.col("concurrency") == cell.concurrency)
-                       & (pl.col("temperature") == s.temperature) & (pl.col("top_p") == s.top_p)
-                       & (pl.col("top_k") == s.top_k) & (pl.col("repeat") == cell.repeat)
-                       & (pl.col("seed") == cell.seed))
-    if hit.height == 0:
-        return None
-    last = hit.sort("ended_at").tail(1).row(0, named=True)
-    reqs = store.load_requests()
-    return reqs.filter((pl.col("cell_id") == last["cell_id"])
-                       & (pl.col("attempt") == last["attempt"]))
-
-
-def consistency(delta: promtext.SpecCounters | None, records: Sequence[RequestRecord],
-                warnings: list[str]) -> bool | None:
-    """Do the engine's token counters moved by exactly what this client sent and received?"""
-    if delta is None or delta.generation_tokens is None:
-        return None
-    sent_out = sum(r.completion_tokens or 0 for r in records)
-    sent_in = sum(r.prompt_tokens or 0 for r in records)
-    ok = delta.generation_tokens == sent_out
-    if delta.prompt_tokens is not None:
-        ok = ok and delta.prompt_tokens == sent_in
-    if not ok:
-        warnings.append(
-            f"engine counters moved by {delta.generation_tokens:g} generated / "
-            f"{delta.prompt_tokens} prompt tokens, the client saw {sent_out} / {sent_in}: "
-            "another client's traffic, a restart, or failed requests")
-    return ok
 
 
 # ---------------------------------------------------------------------- one cell
@@ -313,89 +181,8 @@ def load_config(study: ResolvedStudy, cell: Cell, eng: ArmEngine, timeout_s: flo
         top_p=cell.sampling.top_p, top_k=cell.sampling.top_k, seed=cell.seed,
         ignore_eos=study.ignore_eos, thinking=study.thinking,
         reasoning_effort=study.reasoning_effort,
-        engine=eng.family if eng.family in ("vllm", "embedded", "sglang") else "vllm",
+        engine=eng.family if eng.family in promtext.ENGINE_FAMILY else "vllm",
         extra_body=extras, request_timeout_s=timeout_s)
-
-
-def counters_delta(result: LoadResult, family: str, end: str,
-                   warnings: list[str]) -> promtext.SpecCounters | None:
-    """before → `end` ('after' or 'window') as a SpecCounters delta; None with a warning."""
-    if family == "transformers":
-        return None
-    engine = family if family in promtext.ENGINE_FAMILY else "vllm"
-    before, after = result.before, getattr(result, end)
-    if before is None or after is None:
-        msg = "/metrics did not answer: acceptance and counter checks not measured"
-        if msg not in warnings:
-            warnings.append(msg)
-        return None
-    try:
-        return promtext.delta(promtext.parse(before, engine), promtext.parse(after, engine))
-    except promtext.CounterReset as err:
-        warnings.append(str(err))
-        return None
-
-
-def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResult,
-             report: power.PowerReport, warnings: list[str]) -> dict:
-    """Every figure of the cells row, from the measured records, counters and power."""
-    p, records = eng.profile, result.records
-    ok = [r for r in records if r.ok]
-    window = study.mode == "window"
-    delta = counters_delta(result, eng.family, "window" if window else "after", warnings)
-    full = counters_delta(result, eng.family, "after", warnings) if window else delta
-    output_tokens = sum(r.completion_tokens or 0 for r in ok)
-    if window:  # the decode rate over the window: the engine's counter, else what arrived
-        output_tokens = (int(delta.generation_tokens) if delta is not None
-                         and delta.generation_tokens is not None else result.tokens_in_span())
-    agg = metrics.agg_tok_s(output_tokens, result.wall_s)
-    per_stream = metrics.per_stream_tok_s(agg, cell.concurrency)
-    acc = acceptance(delta, records, eng.family)
-    # a step of autoregressive decoding yields one token: its step time needs no counters
-    step_len = 1.0 if p.method == "none" else acc["acceptance_length"]
-    spec = p.speculative
-    handle = eng.handle
-    startup = handle.startup if handle is not None else engines.StartupInfo()
-    kv_pool = startup.kv_pool_tokens
-    if kv_pool is None and delta is not None and delta.kv_pool_tokens is not None:
-        kv_pool = int(delta.kv_pool_tokens)
-    return {
-        "arm": cell.arm.name, "profile": p.name,
-        "engine": (handle.attached or p.engine) if handle is not None else p.engine,
-        "engine_version": eng.version, "method": p.method,
-        "num_speculative_tokens": spec.num_speculative_tokens if spec else None,
-        "schedule": (json.dumps(spec.num_speculative_tokens_per_batch_size)
-                     if spec and spec.num_speculative_tokens_per_batch_size else None),
-        "workload": cell.workload.name, "n_prompts": cell.workload.n,
-        "concurrency": cell.concurrency, "temperature": cell.sampling.temperature,
-        "top_p": cell.sampling.top_p, "top_k": cell.sampling.top_k, "repeat": cell.repeat,
-        "seed": cell.seed, "ignore_eos": study.ignore_eos,
-        "n_requests": len(records), "n_errors": len(records) - len(ok),
-        "prompt_tokens": sum(r.prompt_tokens or 0 for r in ok), "output_tokens": output_tokens,
-        "wall_s": result.wall_s, "agg_tok_s": agg, "per_stream_tok_s": per_stream,
-        **latency_fields(records), **acc,
-        "step_ms": metrics.step_ms(step_len, per_stream),
-        "repeated_4gram_share": repetition(records),
-        "power_w_mean": report.power_w_mean, "energy_j": report.energy_j,
-        "tokens_per_joule": metrics.tokens_per_joule(output_tokens, report.energy_j),
-        "peak_mem_mib": report.peak_mem_mib if report.peak_mem_mib is not None
-        else report.peak_rss_mib,
-        "kv_pool_tokens": kv_pool, "max_concurrency": startup.max_concurrency,
-        "counters_consistent": consistency(full, records, warnings),
-    }
-
-
-def request_rows(records: Sequence[RequestRecord], grades: dict[int, dict]) -> list[dict]:
-    return [{**r.row(), **grades.get(r.request_idx, {})}
-            for r in sorted(records, key=lambda r: r.request_idx)]
-
-
-def gsm8k_fields(grades: dict[int, dict]) -> dict:
-    if not grades:
-        return {"gsm8k_strict_correct": None, "gsm8k_flexible_correct": None, "gsm8k_n": None}
-    return {"gsm8k_strict_correct": sum(g["gsm8k_strict"] for g in grades.values()),
-            "gsm8k_flexible_correct": sum(g["gsm8k_flexible"] for g in grades.values()),
-            "gsm8k_n": len(grades)}
 
 
 def died_message(eng: ArmEngine, records: Sequence[RequestRecord]) -> str:
@@ -457,7 +244,7 @@ def _run_study(study, store, *, root, fresh, progress, power_interval_s, request
             cells = [c for c in all_cells if c.arm.name == arm.name]
             version = known_version(store, arm)
             pending = [c for c in cells
-                       if cell_id(study.cell_identity(c, version)) not in done]
+                       if identity.cell_id(study, c, version) not in done]
             if not pending:
                 summary.skipped += len(cells)
                 bar.update(len(cells))
@@ -498,7 +285,7 @@ def run_arm(study, store, eng: ArmEngine, cells, done, prompts_of, summary, bar,
             power_interval_s, request_timeout_s, run_warnings) -> None:
     """The cells of one arm on its running engine; stops at the first dead engine."""
     for cell in cells:
-        cid = cell_id(study.cell_identity(cell, eng.version))
+        cid = identity.cell_id(study, cell, eng.version)
         if cid in done:
             summary.skipped += 1
             bar.update(1)
