@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from specrepro import analysis as sa
-from specrepro import results
+from specrepro import identity, pipeline, results
 from specrepro.analysis import finding as finding_mod
 from specrepro.analysis import report, tables
 from specrepro.params import Gate, ParamsError
@@ -24,14 +24,14 @@ DEFAULT = ROOT / "params" / "default.yaml"
 def write_cells(results_dir: Path, params: Path, nb: str, figure, n_prompts=None,
                 overrides=None) -> sa.Finding | None:
     """One ok row per declared cell, its figures from figure(cell, profile) (a dict)."""
-    suite, study = finding_mod.study_for(params, nb, overrides)
+    suite, study = pipeline.study_for(params, nb, overrides)
     store = results.ResultStore(results_dir, study.name, suite.run_id)
     store.begin_session({"params": {"test": True}})
     for cell in study.cells():
         prof = next(a for a in study.arms if a.name == cell.arm.name).resolved
         spec = prof.speculative
         row = {
-            "cell_id": results.cell_id(study.cell_identity(cell, "test")), "status": "ok",
+            "cell_id": identity.cell_id(study, cell, "test"), "status": "ok",
             "arm": cell.arm.name, "profile": prof.name, "engine": prof.engine,
             "engine_version": "test", "method": prof.method,
             "num_speculative_tokens": spec.num_speculative_tokens if spec else None,
@@ -59,7 +59,7 @@ def plain(cell, prof) -> dict:
 
 def test_replay_returns_one_row_per_declared_cell(tmp_path):
     study = write_cells(tmp_path, SMOKE, "01_drafter_block_sweep", plain)
-    f = sa.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
+    f = pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
     assert f.cells.height == sum(1 for _ in study.cells())
     assert not f.measured
     assert set(f.cells["label"]) == {"MTP, 3 drafts", "block drafter, 5 drafts"}
@@ -67,29 +67,29 @@ def test_replay_returns_one_row_per_declared_cell(tmp_path):
 
 def test_replay_of_an_empty_store_says_how_to_measure(tmp_path):
     with pytest.raises(finding_mod.FindingError, match="mode 'auto' or 'run'"):
-        sa.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
+        pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
 
 
 def test_auto_replays_a_complete_store_and_measures_a_partial_one(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(finding_mod, "measure", lambda *a, **k: calls.append(k))
+    monkeypatch.setattr(pipeline, "measure", lambda *a, **k: calls.append(k))
     write_cells(tmp_path, SMOKE, "07_the_bill", plain)
-    sa.load_finding(SMOKE, "07_the_bill", "auto", tmp_path)
+    pipeline.load_finding(SMOKE, "07_the_bill", "auto", tmp_path)
     assert calls == []
     # an empty store: every cell is missing, so auto measures (resuming)
     with pytest.raises(finding_mod.FindingError):  # the stub stored nothing
-        sa.load_finding(SMOKE, "07_the_bill", "auto", tmp_path / "other")
+        pipeline.load_finding(SMOKE, "07_the_bill", "auto", tmp_path / "other")
     assert calls == [{"fresh": False}]
-    sa.load_finding(SMOKE, "07_the_bill", "run", tmp_path)
+    pipeline.load_finding(SMOKE, "07_the_bill", "run", tmp_path)
     assert calls[-1] == {"fresh": True}
 
 
 def test_rows_made_under_other_parameters_are_left_out(tmp_path):
     write_cells(tmp_path, SMOKE, "07_the_bill", plain, n_prompts=99)  # a stale run
     with pytest.raises(finding_mod.FindingError):
-        sa.load_finding(SMOKE, "07_the_bill", "replay", tmp_path)
+        pipeline.load_finding(SMOKE, "07_the_bill", "replay", tmp_path)
     study = write_cells(tmp_path, SMOKE, "07_the_bill", plain)
-    f = sa.load_finding(SMOKE, "07_the_bill", "replay", tmp_path)
+    f = pipeline.load_finding(SMOKE, "07_the_bill", "replay", tmp_path)
     assert f.cells.height == sum(1 for _ in study.cells())
     assert set(f.cells["n_prompts"]) == {2}
 
@@ -102,17 +102,17 @@ def test_rows_of_the_same_level_under_another_prompt_form_are_left_out(tmp_path)
                                  "max_tokens": 16}]}
     write_cells(tmp_path, SMOKE, "07_the_bill", plain, overrides=chat)
     with pytest.raises(finding_mod.FindingError):
-        sa.load_finding(SMOKE, "07_the_bill", "replay", tmp_path, completion)
+        pipeline.load_finding(SMOKE, "07_the_bill", "replay", tmp_path, completion)
     study = write_cells(tmp_path, SMOKE, "07_the_bill", plain, overrides=completion)
-    f = sa.load_finding(SMOKE, "07_the_bill", "replay", tmp_path, completion)
+    f = pipeline.load_finding(SMOKE, "07_the_bill", "replay", tmp_path, completion)
     assert f.cells.height == sum(1 for _ in study.cells())
 
 
 def test_overrides_merge_into_the_study_and_unknown_keys_fail(tmp_path):
-    _, study = finding_mod.study_for(SMOKE, "07_the_bill", {"concurrency": [1]})
+    _, study = pipeline.study_for(SMOKE, "07_the_bill", {"concurrency": [1]})
     assert study.concurrency == [1]
     with pytest.raises(ParamsError, match="concurency"):
-        finding_mod.study_for(SMOKE, "07_the_bill", {"concurency": [1]})
+        pipeline.study_for(SMOKE, "07_the_bill", {"concurency": [1]})
 
 
 # ------------------------------------------------------------------------- tables
@@ -163,7 +163,7 @@ def test_kv_cost_is_against_the_mtp_arm_by_default():
 
 def test_overlay_compares_the_preferred_of_two_published_values(tmp_path):
     write_cells(tmp_path, SMOKE, "05_fp8_drafter_gates", plain)
-    f = sa.load_finding(SMOKE, "05_fp8_drafter_gates", "replay", tmp_path)
+    f = pipeline.load_finding(SMOKE, "05_fp8_drafter_gates", "replay", tmp_path)
     ov = sa.overlay(f.cells, sa.claims_for(f.notebook_id), ["agg_tok_s"])
     row = ov.filter((pl.col("arm") == "drafter-bf16") & (pl.col("workload") == "essays")
                     & (pl.col("concurrency") == 1)).to_dicts()[0]
@@ -175,7 +175,7 @@ def test_overlay_compares_the_preferred_of_two_published_values(tmp_path):
 
 def test_overlay_reads_percent_metrics_in_percent(tmp_path):
     write_cells(tmp_path, SMOKE, "01_drafter_block_sweep", plain)
-    f = sa.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
+    f = pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
     ov = sa.overlay(f.cells, sa.claims_for(f.notebook_id), ["acceptance_length", "step_ms"])
     mtp = ov.filter((pl.col("arm") == "mtp-k3") & (pl.col("metric") == "acceptance_length"))
     assert mtp["published"][0] == 2.55 and mtp["measured"][0] == pytest.approx(1.9)
@@ -186,7 +186,7 @@ def test_overlay_reads_percent_metrics_in_percent(tmp_path):
 
 def test_published_temperature_compares_across_temperatures_and_labels_it(tmp_path):
     write_cells(tmp_path, SMOKE, "01_drafter_block_sweep", plain)
-    f = sa.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
+    f = pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
     claims = sa.claims_for(f.notebook_id)
     assert claims.temperature_note([0.0]) == "article at T=0.7, measured at T=0"
     assert claims.temperature_note([0.7]) == ""  # the GPU suites: nothing to label
@@ -209,18 +209,18 @@ def test_embedded_suites_use_completion_form_and_a_greedy_block_sweep():
     for params in (SMOKE, DEFAULT):
         for nb in ("03_target_precision", "04_engine_comparison", "05_fp8_drafter_gates",
                    "06_draft_schedule_under_load", "07_the_bill"):
-            _, study = finding_mod.study_for(params, nb)
+            _, study = pipeline.study_for(params, nb)
             # HumanEval stays in chat form: its Codex stops end this model's completions at once
             assert {w.form for w in study.workloads if w.name != "humaneval"} == {
                 "completion"}, (params.name, nb)
-        _, sweep = finding_mod.study_for(params, "01_drafter_block_sweep")
+        _, sweep = pipeline.study_for(params, "01_drafter_block_sweep")
         assert [s.temperature for s in sweep.sampling] == [0.0]
-        _, spread = finding_mod.study_for(params, "02_temperature_spread")
+        _, spread = pipeline.study_for(params, "02_temperature_spread")
         assert [s.temperature for s in spread.sampling] == [0.7, 1.0]
 
 
 def test_default_fp8_gates_judge_acceptance_not_emulated_speed():
-    _, study = finding_mod.study_for(DEFAULT, "05_fp8_drafter_gates")
+    _, study = pipeline.study_for(DEFAULT, "05_fp8_drafter_gates")
     assert "agg_tok_s" not in {g.metric for g in study.gates}
     eight = next(g for g in study.gates if g.concurrency == 8 and g.reference_arm)
     assert (eight.metric, eight.op, eight.threshold, eight.kind) == (
@@ -249,7 +249,7 @@ def test_gates_pass_fail_and_not_measured():
 
 def test_block_sweep_verdict_follows_the_data(tmp_path):
     write_cells(tmp_path / "a", SMOKE, "01_drafter_block_sweep", plain)
-    f = sa.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path / "a")
+    f = pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path / "a")
     v = sa.verdict(f)
     assert v.holds is True and v.text.startswith("shape holds here:")
 
@@ -260,7 +260,7 @@ def test_block_sweep_verdict_follows_the_data(tmp_path):
         return d
 
     write_cells(tmp_path / "b", SMOKE, "01_drafter_block_sweep", worse)
-    v = sa.verdict(sa.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path / "b"))
+    v = sa.verdict(pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path / "b"))
     assert v.holds is False and v.text.startswith("does not hold:")
     assert "1.10 tokens per step" in v.text
 
@@ -268,7 +268,7 @@ def test_block_sweep_verdict_follows_the_data(tmp_path):
 def test_bill_without_power_says_so_instead_of_zeros(tmp_path):
     write_cells(tmp_path, SMOKE, "07_the_bill", lambda c, p: {
         **plain(c, p), "kv_pool_tokens": 900 if p.method == "dflash" else 1000})
-    f = sa.load_finding(SMOKE, "07_the_bill", "replay", tmp_path)
+    f = pipeline.load_finding(SMOKE, "07_the_bill", "replay", tmp_path)
     assert not f.has_power
     v = sa.verdict(f)
     assert v.holds is True and "no power source" in v.text
@@ -282,7 +282,7 @@ def test_bill_without_power_says_so_instead_of_zeros(tmp_path):
 
 def test_figures_have_stable_names_and_deterministic_svg(tmp_path):
     write_cells(tmp_path, SMOKE, "01_drafter_block_sweep", plain)
-    f = sa.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
+    f = pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
     sa.figures.style()
     claims = sa.claims_for(f.notebook_id)
     outs = []

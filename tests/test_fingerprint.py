@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specrepro import fingerprint
-from specrepro.fingerprint import local_model_fingerprint
+from specrepro import identity
+from specrepro.identity import local_model_fingerprint, profile_identity
 from specrepro.params import load_profile
 
 
@@ -41,8 +41,8 @@ def test_weights_change_the_fingerprint_and_prose_does_not(tmp_path):
 
 
 def test_large_files_are_sampled_at_their_edges(tmp_path, monkeypatch):
-    monkeypatch.setattr(fingerprint, "FULL_HASH_LIMIT", 1024)
-    monkeypatch.setattr(fingerprint, "EDGE", 256)
+    monkeypatch.setattr(identity, "FULL_HASH_LIMIT", 1024)
+    monkeypatch.setattr(identity, "EDGE", 256)
     ck = _checkpoint(tmp_path / "ck")
     first = local_model_fingerprint(str(ck))
     data = bytearray((ck / "model.safetensors").read_bytes())  # 16 KiB > the limit
@@ -61,10 +61,10 @@ def test_profile_identity_carries_the_local_checkpoint(tmp_path, monkeypatch):
         "engine: embedded\ncommand: [python, -m, specrepro.embedded.serve]\n"
         "model: {id: models/embedded}\n")
     monkeypatch.chdir(tmp_path)
-    before = load_profile(prof).identity()
+    before = profile_identity(load_profile(prof))
     assert before["model"]["content_sha256"] == local_model_fingerprint("models/embedded")
     (ck / "model.safetensors").write_bytes(b"retrained" * 100)
-    assert load_profile(prof).identity() != before
+    assert profile_identity(load_profile(prof)) != before
     hub = tmp_path / "hub.yaml"
     hub.write_text("engine: vllm\ncommand: [vllm, serve]\nmodel: {id: Qwen/Qwen3.8-27B}\n")
-    assert "content_sha256" not in load_profile(hub).identity()["model"]
+    assert "content_sha256" not in profile_identity(load_profile(hub))["model"]

@@ -30,9 +30,9 @@ def test_notebook_is_committed_thin_and_without_outputs(nb):
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, f"{nb}: strip outputs"
             assert "def " not in cell.source and "import " not in cell.source.replace(
-                "from specrepro import analysis as sa", ""), f"{nb}: logic belongs in the package"
+                "from specrepro import analysis as sa, pipeline", ""), f"{nb}: logic belongs in the package"
     sources = "\n".join(c.source for c in book.cells)
-    for call in ("sa.load_finding", "sa.show_header", "sa.overlay", "sa.show_figure",
+    for call in ("pipeline.load_finding", "sa.show_header", "sa.overlay", "sa.show_figure",
                  "sa.show_verdict"):
         assert call in sources, f"{nb} lacks {call}"
 

@@ -9,11 +9,12 @@ import polars as pl
 import pytest
 
 from specrepro import results
-from specrepro.results import CELL_SCHEMA, REQUEST_SCHEMA, ResultsError, ResultStore, cell_id
+from specrepro.identity import digest
+from specrepro.results import CELL_SCHEMA, REQUEST_SCHEMA, ResultsError, ResultStore
 
 
 def cid(n: int) -> str:
-    return cell_id(arm={"name": "a", "k": 5}, concurrency=n, seed=0)
+    return digest(arm={"name": "a", "k": 5}, concurrency=n, seed=0)
 
 
 def requests_for(n: int, text: str = "x") -> list[dict]:
@@ -39,10 +40,10 @@ def store(tmp_path: Path) -> ResultStore:
 
 
 def test_cell_id_is_stable_and_sensitive():
-    a = cell_id(arm={"name": "a", "k": 5}, concurrency=1, seed=0)
-    assert a == cell_id(seed=0, concurrency=1, arm={"k": 5, "name": "a"})  # key order
+    a = digest(arm={"name": "a", "k": 5}, concurrency=1, seed=0)
+    assert a == digest(seed=0, concurrency=1, arm={"k": 5, "name": "a"})  # key order
     assert len(a) == 16 and int(a, 16) >= 0
-    assert a != cell_id(arm={"name": "a", "k": 7}, concurrency=1, seed=0)
+    assert a != digest(arm={"name": "a", "k": 7}, concurrency=1, seed=0)
 
 
 def test_attempts_append_and_never_overwrite(store: ResultStore):

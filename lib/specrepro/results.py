@@ -1,11 +1,12 @@
 """The results store: append-only Parquet tables of cells and requests, and a manifest.
 
-Design (docs/architecture.md "Contract: results", DESIGN.md "Results"):
+Design (docs/architecture.md "Contract: results"):
 - Layout: `<results_dir>/<study>/<run_id>/` with `cells/` and `requests/` (one Parquet
   part file per attempt of a cell, `<cell_id>-a<attempt>.parquet`), `manifest.json`
   (one entry per session that wrote to this run) and `logs/`.
-- A **cell** is one arm x workload x concurrency x sampling x repeat; `cell_id` hashes
-  everything that defines it, so a changed parameter is a new cell, measured anew.
+- A **cell** is one arm x workload x concurrency x sampling x repeat; its `cell_id`
+  (`specrepro.identity.cell_id`) hashes everything that defines it, so a changed parameter
+  is a new cell, measured anew.
 - Every attempt is a new part file, written to a temporary name and hard-linked into
   place (which fails rather than replace an existing file): nothing is ever rewritten.
   The requests part is written before the cells part, so a cell row implies its requests.
@@ -22,7 +23,6 @@ Design (docs/architecture.md "Contract: results", DESIGN.md "Results"):
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import importlib.metadata
 import json
 import math
@@ -38,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+# the manifest stores params objects as the cell ids hash them (pydantic in JSON mode)
+from specrepro.identity import jsonable
 
 STATUSES = ("ok", "failed", "interrupted")
 
@@ -149,24 +152,6 @@ _PART = re.compile(r"^(?P<cell>[0-9a-f]{16})-a(?P<attempt>\d+)\.parquet$")
 
 class ResultsError(ValueError):
     """A row or a store is wrong; the message names the column, cell or file."""
-
-
-def cell_id(*parts: Any, **fields: Any) -> str:
-    """Stable identity of a cell: sorted-key JSON of everything that defines it, sha256,
-    first 16 hex digits. Pydantic models are dumped in JSON mode first."""
-    payload = {"_": list(parts), **fields} if parts else fields
-    text = json.dumps(_jsonable(payload), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 def now() -> dt.datetime:
@@ -460,7 +445,7 @@ class ResultStore:
             "params": None,
             "engines": [],
             "models": [],
-            **_jsonable(dict(manifest_info or {})),
+            **jsonable(dict(manifest_info or {})),
         }
         manifest = self.manifest()
         manifest["sessions"].append(session)
@@ -472,7 +457,7 @@ class ResultStore:
         list values for `engines` and `models` are appended to."""
 
         def change(session: dict) -> None:
-            for key, value in _jsonable(info).items():
+            for key, value in jsonable(info).items():
                 if key in ("engines", "models") and isinstance(session.get(key), list):
                     session[key] += value if isinstance(value, list) else [value]
                 else:

@@ -2,18 +2,20 @@
 and one verdict line; the notebook runner and the HTML index.
 
 Design:
-- Analysis reads results tables only; it never talks to an engine. The one exception is
-  `load_finding` in modes `auto`/`run`, which hands the study to the harness's runner to
-  measure missing cells before reading them back.
-- Notebooks import this package and call the names below; no logic lives in a cell.
-- Modules: `finding` (load or measure), `tables`, `overlay` (published beside measured),
-  `gates`, `verdicts`, `figures`, `show` (display helpers), `claims` (per-notebook data),
-  `notebooks` (papermill runner), `report` (HTML index, `specrepro report`).
+- Analysis reads results tables only; it never talks to an engine nor imports the harness.
+  Measuring is `specrepro.pipeline`'s: `pipeline.load_finding` replays the store or hands
+  the study to the harness's runner first, and returns a `Finding` of this package.
+- Notebooks import this package and `specrepro.pipeline` and call the names below; no
+  logic lives in a cell.
+- Modules: `finding` (a finding's study and stored cells), `tables`, `overlay` (published
+  beside measured), `gates`, `verdicts`, `figures`, `show` (display helpers), `claims`
+  (per-notebook data), `notebooks` (papermill runner), `report` (HTML index,
+  `specrepro report`).
 """
 
 from specrepro.analysis import figures, tables
 from specrepro.analysis.claims import Claims, claims_for
-from specrepro.analysis.finding import Finding, at_project_root, load_finding
+from specrepro.analysis.finding import Finding, at_project_root
 from specrepro.analysis.gates import evaluate_gates
 from specrepro.analysis.overlay import overlay, published_points
 from specrepro.analysis.show import (
@@ -29,6 +31,6 @@ from specrepro.analysis.verdicts import Verdict, verdict
 
 __all__ = [
     "Claims", "Finding", "Verdict", "at_project_root", "claims_for", "evaluate_gates",
-    "figures", "html_table", "load_finding", "overlay", "published_points", "show_figure",
+    "figures", "html_table", "overlay", "published_points", "show_figure",
     "show_header", "show_power_note", "show_table", "show_verdict", "tables", "untestable", "verdict",
 ]

@@ -4,7 +4,7 @@ Design:
 - One entry per notebook: its title, the article's claim in a sentence, the map from the
   study's arm names to published arm ids (and workloads to published workloads), which of
   two published values to compare where an article prints two, and the article claims the
-  embedded engine cannot test (DESIGN.md) with the reason.
+  embedded engine cannot test (docs/design.md) with the reason.
 - Data, not code: a suite that renames arms adds its names to `arms` here; nothing in the
   notebooks or the table functions names a published arm.
 - `published_temperature`: the temperature of the article's figures a notebook compares

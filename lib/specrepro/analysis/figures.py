@@ -117,6 +117,23 @@ def _article_tag(claims: Claims, cells: pl.DataFrame) -> str:
     return f"article {claims.article}"
 
 
+def _published_against_base(pub: pl.DataFrame, base: str, labels: dict) -> pl.DataFrame:
+    """The article's points of every study arm but the baseline, each with the baseline's
+    value at the same level (column `_b`)."""
+    pub_base = pub.filter(pl.col("study_arm") == base).select(
+        "concurrency", pl.col("value").alias("_b"))
+    return pub.filter((pl.col("study_arm") != base) & pl.col("study_arm").is_in(list(labels))
+                      ).join(pub_base, on="concurrency")
+
+
+def _against_base_axis(ax, reference: float, levels: list, title: str, ylabel: str) -> None:
+    """An each-arm-against-the-baseline panel: a grey line where an arm equals the baseline
+    (`reference`: 0 % or 1x), streams on x."""
+    ax.axhline(reference, color="grey", linewidth=0.8)
+    _streams_axis(ax, levels)
+    ax.set(title=title, xlabel="concurrent streams", ylabel=ylabel)
+
+
 def _temperature_title(fig, claims: Claims, cells: pl.DataFrame) -> None:
     note = claims.temperature_note(cells["temperature"].to_list())
     if note:
@@ -151,10 +168,7 @@ def block_sweep_speed(f: Finding, claims: Claims) -> plt.Figure:
         part = part.sort("concurrency")
         axes[2].plot(part["concurrency"], part["change_pct"], marker="o", color=colors[label[0]],
                      label=label[0])
-    pub_base = pub.filter(pl.col("study_arm") == base).select(
-        "concurrency", pl.col("value").alias("_b"))
-    pg = pub.filter((pl.col("study_arm") != base) & pl.col("study_arm").is_in(list(f.labels))
-                    ).join(pub_base, on="concurrency")
+    pg = _published_against_base(pub, base, f.labels)
     if pg.height:
         gains = [metrics.relative_change_pct(a, b) for a, b in
                  zip(pg["value"].to_list(), pg["_b"].to_list(), strict=True)]
@@ -163,10 +177,9 @@ def block_sweep_speed(f: Finding, claims: Claims) -> plt.Figure:
             ax_kw = dict(ARTICLE, edgecolor=colors.get(f.labels.get(arm), "black"))
             axes[2].scatter([conc], [gain], **ax_kw)
         axes[2].scatter([], [], label=f"{_article_tag(claims, c)} (same colour)", **ARTICLE)
-    axes[2].axhline(0, color="grey", linewidth=0.8)
-    _streams_axis(axes[2], c["concurrency"].to_list() + pub["concurrency"].to_list())
-    axes[2].set(title=f"gain over {f.labels.get(base, base)}", xlabel="concurrent streams",
-                ylabel="throughput change against MTP (%)")
+    _against_base_axis(axes[2], 0, c["concurrency"].to_list() + pub["concurrency"].to_list(),
+                       f"gain over {f.labels.get(base, base)}",
+                       "throughput change against MTP (%)")
     for ax in axes:
         ax.legend(fontsize=7)
     return fig
@@ -395,10 +408,7 @@ def load_sweep(f: Finding, claims: Claims) -> plt.Figure:
         part = part.sort("concurrency")
         axes[2].plot(part["concurrency"], 1 + part["change_pct"] / 100, marker="o",
                      color=colors[label[0]], label=label[0])
-    pub_base = pub.filter(pl.col("study_arm") == base).select(
-        "concurrency", pl.col("value").alias("_b"))
-    pr = pub.filter((pl.col("study_arm") != base) & pl.col("study_arm").is_in(list(f.labels))
-                    ).join(pub_base, on="concurrency")
+    pr = _published_against_base(pub, base, f.labels)
     for row in pr.to_dicts():
         color = colors.get(f.labels.get(row["study_arm"]), "black")
         axes[2].scatter([row["concurrency"]], [row["value"] / row["_b"]],
@@ -411,10 +421,8 @@ def load_sweep(f: Finding, claims: Claims) -> plt.Figure:
     if cross is not None:
         axes[2].axvline(cross, color="grey", linestyle=":",
                         label=f"static 7 below no speculation from {cross:.3g} streams")
-    axes[2].axhline(1.0, color="grey", linewidth=0.8)
-    _streams_axis(axes[2], c["concurrency"].to_list() + pub["concurrency"].to_list())
-    axes[2].set(title=f"against {f.labels.get(base, base)}", xlabel="concurrent streams",
-                ylabel="throughput / no speculation (×)")
+    _against_base_axis(axes[2], 1.0, c["concurrency"].to_list() + pub["concurrency"].to_list(),
+                       f"against {f.labels.get(base, base)}", "throughput / no speculation (×)")
     for ax in axes:
         ax.legend(fontsize=6)
     return fig

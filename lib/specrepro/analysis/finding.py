@@ -1,42 +1,35 @@
 """A finding's data: its resolved study and the stored cells and requests it is drawn from.
 
 Design:
-- `load_finding(params_file, notebook_id, mode, results_dir, overrides)` is the one call a
-  notebook makes to get its data. The suite file and the notebook's `overrides` (merged
-  into the study as a suite's own overrides are, validated the same way) give the study.
-- Modes: `replay` reads the results store and never measures (an empty store is an error
-  that says how to measure); `run` measures the whole study anew through the harness's
-  `run_study`; `auto` replays when every cell the study declares has a stored `ok` row
-  that matches it, and measures otherwise (the runner resumes: only missing cells run).
+- A `Finding` is one notebook's resolved study, the stored `ok` cells and requests it is
+  drawn from, and the run's manifest; `specrepro.pipeline.load_finding` builds it (replaying
+  the store or measuring first). This module only reads results tables.
+- Modes (`MODES`, a notebook's `mode` parameter): `replay` reads the results store and never
+  measures; `run` measures the whole study anew; `auto` replays when every cell the study
+  declares has a stored `ok` row that matches it, and measures otherwise.
 - A stored row matches a declared cell when its cell id is the one the declared cell has
-  with the row's engine version (`same_identity`); rows of the same arm and level made
-  under other parameters (a profile flag, the prompt form, stop strings) are left out, so
-  a changed study never mixes its figures with stale ones and `auto` measures it anew.
-- Analysis reads results tables only (docs/architecture.md); measuring is delegated.
+  with the row's engine version (`same_identity`, `specrepro.identity.cell_id`); rows of
+  the same arm and level made under other parameters (a profile flag, the prompt form, stop
+  strings) are left out, so a changed study never mixes its figures with stale ones and
+  `auto` measures it anew.
+- Paths in a notebook's parameters are relative to the project root (`project_root`,
+  `at_project_root`), under Jupyter and under papermill alike.
 """
 
 from __future__ import annotations
 
-import copy
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import polars as pl
 
-from specrepro import results
-from specrepro.params import (
-    Provenance,
-    ResolvedStudy,
-    Suite,
-    Tree,
-    deep_merge,
-    load_suite,
-    resolve_study,
-)
+from specrepro import identity, results
+from specrepro.params import ResolvedStudy, Suite
 
+# A notebook's `mode` parameter: the notebook runner checks it before executing, and
+# specrepro.pipeline.load_finding acts on it (defined here, below both).
 Mode = Literal["auto", "run", "replay"]
 MODES = ("auto", "run", "replay")
 
@@ -112,21 +105,6 @@ class Finding:
         )
 
 
-def study_for(params_file: str | Path, notebook_id: str, overrides: dict | None = None
-              ) -> tuple[Suite, ResolvedStudy]:
-    """The notebook's study from a suite, with the notebook's overrides merged on top of the
-    suite's own (mappings merge key by key, lists replace), validated with file and key."""
-    suite = load_suite(params_file)
-    if overrides:
-        suite = copy.copy(suite)
-        tree = copy.deepcopy(suite._tree)
-        patch = Tree({"notebooks": {notebook_id: {"overrides": copy.deepcopy(overrides)}}},
-                     Provenance.of_file(f"notebook parameter 'overrides' of {notebook_id}"))
-        deep_merge(tree, patch)
-        suite._tree = tree
-    return suite, resolve_study(suite, notebook_id)
-
-
 def declared_cells(study: ResolvedStudy) -> pl.DataFrame:
     """The cells the study declares, with the columns a stored row must match."""
     rows = []
@@ -182,8 +160,8 @@ def same_identity(study: ResolvedStudy, rows: pl.DataFrame) -> list[bool]:
     keep = []
     for row in rows.select([*CELL_KEY, "cell_id", "engine_version"]).iter_rows(named=True):
         cands = by_level.get(tuple(row[k] for k in CELL_KEY), [])
-        keep.append(any(results.cell_id(study.cell_identity(c, row["engine_version"]))
-                        == row["cell_id"] for c in cands))
+        keep.append(any(identity.cell_id(study, c, row["engine_version"]) == row["cell_id"]
+                        for c in cands))
     return keep
 
 
@@ -191,48 +169,3 @@ def missing_cells(store_root: Path, study: ResolvedStudy) -> pl.DataFrame:
     """Declared cells with no matching ok row in the store."""
     have = stored_cells(store_root, study).select(CELL_MATCH)
     return declared_cells(study).join(have, on=CELL_MATCH, how="anti", nulls_equal=True)
-
-
-def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool) -> None:
-    """Measure the study into the store through the harness's runner (the only call that
-    starts engines); fresh=True measures every cell again as a new attempt. Engines start
-    in the project root, where the profiles' relative model paths point."""
-    from specrepro.harness.runner import run_study  # the harness is needed only to measure
-
-    store = results.ResultStore(results_dir, study.name, run_id)
-    # The load generator calls asyncio.run(), which refuses to start inside a running event
-    # loop, and a Jupyter kernel has one: measure in a worker thread, which has none.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        summary = pool.submit(run_study, study, store, root=project_root(), fresh=fresh,
-                              progress=False,
-                              command=["specrepro.analysis", study.notebook_id]).result()
-    print(f"{study.name}: {summary.ok} cells measured, {summary.failed} failed, "
-          f"{summary.skipped} already stored -> {store.root}")
-    for err in summary.errors:
-        print(f"  error: {err}")
-
-
-def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
-                 results_dir: str | Path | None = None, overrides: dict[str, Any] | None = None
-                 ) -> Finding:
-    """The notebook's study and its stored cells, measuring first where the mode says so."""
-    if mode not in MODES:
-        raise FindingError(f"mode: expected one of {MODES}, found {mode!r}")
-    suite, study = study_for(params_file, notebook_id, overrides)
-    base = Path(results_dir) if results_dir is not None else suite.results_path
-    store_root = base / study.name / suite.run_id
-    measured = False
-    if mode == "run" or (mode == "auto" and missing_cells(store_root, study).height):
-        measure(study, base, suite.run_id, fresh=(mode == "run"))
-        measured = True
-    cells = stored_cells(store_root, study)
-    if cells.height == 0:
-        raise FindingError(
-            f"{notebook_id}: no stored results for study {study.name!r} in {store_root}; "
-            "measure them with mode 'auto' or 'run' (make nb NB=... or make all)")
-    labels = {a.name: a.label or a.name for a in study.arms}
-    cells = cells.with_columns(pl.col("arm").replace_strict(labels, default=None).alias("label"))
-    reqs = results.load_requests(store_root, cells)
-    manifest = results.ResultStore(base, study.name, suite.run_id).manifest()
-    return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,
-                   missing_cells(store_root, study).height)

@@ -6,6 +6,8 @@ Design:
   `parameters` (`papermill.inspect_notebook` + `params.check_notebook_params`), and the
   params file must load and resolve this notebook's study with the overrides
   (`params.load_suite` / `resolve_study`: an unknown key names file and key).
+- It executes notebooks (which measure through `specrepro.pipeline` in modes `auto`/`run`)
+  but imports neither the pipeline nor the harness itself.
 - Execution: papermill with the `python3` kernel, which jupyter_client runs with this very
   interpreter (the venv's), in the project root; the executed notebook goes to
   `<reports_dir>/<nb>.ipynb` (written even when a cell fails, for the traceback), and
@@ -27,8 +29,14 @@ import nbformat
 import papermill
 from nbconvert import HTMLExporter
 
-from specrepro.analysis.finding import MODES, project_root, study_for
-from specrepro.params import NOTEBOOK_IDS, ParamsError, check_notebook_params
+from specrepro.analysis.finding import MODES, project_root
+from specrepro.params import (
+    NOTEBOOK_IDS,
+    ParamsError,
+    check_notebook_params,
+    load_suite,
+    resolve_study,
+)
 
 KERNEL = "python3"
 
@@ -55,7 +63,8 @@ def check(notebook_id: str, parameters: dict[str, Any], notebooks_dir: str | Pat
     mode = parameters.get("mode", "auto")
     if mode not in MODES:
         raise ParamsError(f"{path}: parameter 'mode': expected one of {MODES}, found {mode!r}")
-    study_for(parameters["params_file"], notebook_id, parameters.get("overrides") or None)
+    resolve_study(load_suite(parameters["params_file"]), notebook_id,
+                  parameters.get("overrides") or None)
     return path
 
 

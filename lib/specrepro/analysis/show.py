@@ -78,7 +78,7 @@ def show_header(f: Finding, claims: Claims) -> None:
                   "measured ones, labelled so.", ""]
     cant = untestable(f, claims)
     if cant:
-        lines.append("**Not testable on this engine** (DESIGN.md, \"What the embedded engine "
+        lines.append("**Not testable on this engine** (docs/design.md, \"What the embedded engine "
                      "can and cannot test\"):")
         lines += [f"- {claim}: {why}." for claim, why in cant]
     display(Markdown("\n".join(lines)))

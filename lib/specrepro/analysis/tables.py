@@ -5,7 +5,7 @@ Design:
   and returns a small polars frame; nothing here reads files or draws.
 - Repeats are averaged only where a view says so (`mean_over_repeats`); every view that
   shows an acceptance figure carries `repeated_4gram_share` beside it, because repetition
-  is easy to draft and inflates acceptance (EMBEDDED_NOTES.md, lesson 4).
+  is easy to draft and inflates acceptance (docs/embedded-model.md, lesson 4).
 - Derived figures use `specrepro.metrics` (relative change, step time), never a formula
   typed again here.
 """

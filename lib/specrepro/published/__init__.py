@@ -151,9 +151,16 @@ VOCABULARY_COLUMNS: dict[str, _Column] = {
     "unit": (_opt_text, pl.String()),
     "description": (_text, pl.String()),
 }
-PUBLISHED_SCHEMA = {name: dtype for name, (_, dtype) in PUBLISHED_COLUMNS.items()}
-ARMS_SCHEMA = {name: dtype for name, (_, dtype) in ARMS_COLUMNS.items()}
-GATES_SCHEMA = {name: dtype for name, (_, dtype) in GATES_COLUMNS.items()}
+
+
+def _schema(columns: dict[str, _Column]) -> dict[str, pl.DataType]:
+    """A file's DataFrame schema: its columns' dtypes."""
+    return {name: dtype for name, (_, dtype) in columns.items()}
+
+
+PUBLISHED_SCHEMA = _schema(PUBLISHED_COLUMNS)
+ARMS_SCHEMA = _schema(ARMS_COLUMNS)
+GATES_SCHEMA = _schema(GATES_COLUMNS)
 
 
 # --- reading --------------------------------------------------------------------------
@@ -214,9 +221,12 @@ class _Vocabulary:
             )
 
 
+def _vocabulary_rows(directory: Path | None) -> list[dict]:
+    return [row for _, row in _read_rows(directory, "vocabulary.csv", VOCABULARY_COLUMNS)]
+
+
 def _vocabulary(directory: Path | None) -> _Vocabulary:
-    rows = [row for _, row in _read_rows(directory, "vocabulary.csv", VOCABULARY_COLUMNS)]
-    return _Vocabulary(rows)
+    return _Vocabulary(_vocabulary_rows(directory))
 
 
 def _arms(directory: Path | None, vocab: _Vocabulary) -> dict[str, dict]:
@@ -241,8 +251,7 @@ def _frame(rows: list[dict], schema: dict) -> pl.DataFrame:
 
 def load_vocabulary(directory: Path | None = None) -> pl.DataFrame:
     """vocabulary.csv as a DataFrame (kind, name, unit, description)."""
-    rows = [row for _, row in _read_rows(directory, "vocabulary.csv", VOCABULARY_COLUMNS)]
-    return _frame(rows, {n: t for n, (_, t) in VOCABULARY_COLUMNS.items()})
+    return _frame(_vocabulary_rows(directory), _schema(VOCABULARY_COLUMNS))
 
 
 def load_arms(directory: Path | None = None) -> pl.DataFrame:
@@ -251,16 +260,21 @@ def load_arms(directory: Path | None = None) -> pl.DataFrame:
     return _frame(list(arms.values()), ARMS_SCHEMA)
 
 
-def _check_published_row(name: str, line: int, row: dict, article: str, arms, vocab) -> None:
-    if row["article"] != article:
-        raise PublishedError(
-            f"{name}, line {line}: article {row['article']!r} in the file of {article}"
-        )
+def _check_arm_columns(name: str, line: int, row: dict, arms) -> None:
+    """A row's `arm` and `baseline_arm` (where given) must be arms of arms.csv."""
     for column in ("arm", "baseline_arm"):
         if row[column] is not None and row[column] not in arms:
             raise PublishedError(
                 f"{name}, line {line}, column {column!r}: arm {row[column]!r} is not in arms.csv"
             )
+
+
+def _check_published_row(name: str, line: int, row: dict, article: str, arms, vocab) -> None:
+    if row["article"] != article:
+        raise PublishedError(
+            f"{name}, line {line}: article {row['article']!r} in the file of {article}"
+        )
+    _check_arm_columns(name, line, row, arms)
     arm = arms[row["arm"]]
     if article not in arm["article"].split("|"):
         raise PublishedError(
@@ -311,11 +325,7 @@ def load_gates(directory: Path | None = None) -> pl.DataFrame:
     arms = _arms(directory, vocab)
     rows = []
     for line, row in _read_rows(directory, "gates.csv", GATES_COLUMNS):
-        for column in ("arm", "baseline_arm"):
-            if row[column] is not None and row[column] not in arms:
-                raise PublishedError(
-                    f"gates.csv, line {line}, column {column!r}: arm {row[column]!r} is not in arms.csv"
-                )
+        _check_arm_columns("gates.csv", line, row, arms)
         vocab.check("gates.csv", line, "metric", "metric", row["metric"])
         vocab.check("gates.csv", line, "workload", "workload", row["workload"])
         vocab.check_unit("gates.csv", line, row["metric"], row["unit"])

@@ -1,0 +1,67 @@
+"""Parameters: YAML profiles, studies and suites, validated on load into typed objects.
+
+Design:
+- Three kinds of file: a **Profile** is one engine configuration (`params/profiles/*.yaml`),
+  a **Study** is what one notebook measures (`params/studies/NN_*.yaml`), a **Suite** binds
+  every notebook to a study and to one setup's profiles (`params/default.yaml`,
+  `params/smoke.yaml`, the GPU suites).
+- Any file may start with `include: [a.yaml, ...]`; includes and overrides deep-merge
+  (mappings key by key, the rest replaced, later wins) and every merged value remembers
+  the file and key path that set it, so a validation error names the file the user must
+  edit, the dotted key path, what was expected and what was found.
+- Strict pydantic v2 models (`extra="forbid"`, no coercion): an unknown key, a string where
+  a number belongs, a draft schedule vLLM would reject, an arm naming a missing profile or
+  a baseline naming a missing arm all fail before anything runs.
+- API: load_profile / load_study / load_suite(path); resolve_study(suite, notebook_id,
+  overrides=None) -> ResolvedStudy whose arms carry `.resolved` Profiles; study.cells()
+  enumerates the cells (skips applied, one seed per repeat), whose results-store identity
+  is `specrepro.identity.cell_id(study, cell, engine_version)`;
+  check_notebook_params(params, papermill_inspect_output); `specrepro check FILE...`.
+- Modules: `tree` (YAML include/merge with provenance), `errors` (Problem, ParamsError),
+  `validation` (pydantic errors located in files), `schema` (the models), `resolve`
+  (loading and resolving), `cli` (`specrepro check`).
+"""
+
+from specrepro.params.cli import main, summarize
+from specrepro.params.errors import ParamsError, Problem
+from specrepro.params.resolve import (
+    check_notebook_params,
+    load_profile,
+    load_study,
+    load_suite,
+    resolve_all,
+    resolve_study,
+    standalone_suite,
+)
+from specrepro.params.schema import (
+    GATE_OPS,
+    NOTEBOOK_IDS,
+    WORKLOADS,
+    Arm,
+    Cell,
+    DrafterRef,
+    Gate,
+    Hardware,
+    ModelRef,
+    NotebookBinding,
+    Parallel,
+    Profile,
+    ResolvedArm,
+    ResolvedStudy,
+    Sampling,
+    Skip,
+    SpeculativeConfig,
+    Strict,
+    Study,
+    Suite,
+    Workload,
+)
+from specrepro.params.tree import read_tree
+
+__all__ = [
+    "GATE_OPS", "NOTEBOOK_IDS", "WORKLOADS", "Arm", "Cell", "DrafterRef", "Gate", "Hardware",
+    "ModelRef", "NotebookBinding", "Parallel", "ParamsError", "Problem", "Profile",
+    "ResolvedArm", "ResolvedStudy", "Sampling", "Skip", "SpeculativeConfig", "Strict", "Study",
+    "Suite", "Workload", "check_notebook_params", "load_profile", "load_study", "load_suite",
+    "main", "read_tree", "resolve_all", "resolve_study", "standalone_suite", "summarize",
+]

@@ -1,0 +1,101 @@
+"""`specrepro check FILE...`: validate params files of any kind and describe each.
+
+Design:
+- The kind is read from the merged tree: `notebooks:` is a suite, `arms:` a study,
+  `engine:` (or a file in a `profiles/` folder) a profile. A suite is resolved notebook by
+  notebook (cells and arms listed); a study beside `params/profiles` is resolved against
+  that folder; a profile is loaded.
+- Exit status 2 on any error (each file's errors printed to stderr), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from specrepro.params.errors import ParamsError, Problem
+from specrepro.params.resolve import (
+    load_profile,
+    load_study,
+    load_suite,
+    resolve_study,
+    standalone_suite,
+)
+from specrepro.params.schema import NOTEBOOK_IDS
+from specrepro.params.tree import Tree, _display_file, read_tree
+
+
+def _kind(tree: Tree, path: Path) -> str:
+    if "notebooks" in tree.data:
+        return "suite"
+    if "arms" in tree.data:
+        return "study"
+    if "engine" in tree.data or path.parent.name == "profiles":
+        return "profile"
+    return "unknown"
+
+
+def summarize(path: Path | str) -> str:
+    """Validate one file of any kind and describe it in a few lines."""
+    path = Path(path)
+    kind = _kind(read_tree(path), path)
+    if kind == "suite":
+        suite = load_suite(path)
+        lines = [
+            (
+                f"{path}: suite {suite.name!r}, run_id {suite.run_id!r}, "
+                f"results in {_display_file(suite.results_path)}"
+            )
+        ]
+        for nb in suite.notebooks:
+            st = resolve_study(suite, nb)
+            n_cells = sum(1 for _ in st.cells())
+            arms = ", ".join(f"{a.name}={a.resolved.name}" for a in st.arms)
+            lines.append(f"  {nb}: {n_cells} cells; arms {arms}")
+        return "\n".join(lines)
+    if kind == "study":
+        st = load_study(path)
+        profiles = path.parent.parent / "profiles"
+        resolved = st.notebook in NOTEBOOK_IDS and profiles.is_dir()
+        if resolved:  # a study beside params/profiles: check its arms' profiles too
+            st = resolve_study(standalone_suite(path, st.notebook, profiles), st.notebook)
+        return (
+            f"{path}: study {st.name!r}, {len(st.arms)} arms, "
+            f"{len(st.workloads)} workloads, concurrency {st.concurrency}, "
+            f"{sum(1 for _ in st.cells())} cells"
+            + ("" if resolved else " (profiles not resolved outside a suite)")
+        )
+    if kind == "profile":
+        pr = load_profile(path)
+        return f"{path}: profile {pr.name!r}, engine {pr.engine}, method {pr.method}"
+    raise ParamsError(
+        [
+            Problem(
+                _display_file(path),
+                "",
+                "expected a suite (notebooks:), a study "
+                "(arms:) or a profile (engine:), found "
+                f"keys {sorted(read_tree(path).data)}",
+            )
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specrepro check FILE...`: validate params files; exit 2 on the first error."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: specrepro check FILE... (suite, study or profile YAML)")
+        return 0 if argv else 2
+    status = 0
+    for file in argv:
+        try:
+            print(summarize(file))
+        except ParamsError as err:
+            print(f"error: {err}", file=sys.stderr)
+            status = 2
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

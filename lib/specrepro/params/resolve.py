@@ -1,0 +1,193 @@
+"""Loading: params files into validated models, and a notebook's study resolved.
+
+Design:
+- `load_profile` / `load_study` / `load_suite(path)` read a file with its includes merged
+  and validate it; a profile's `name` defaults to its file's stem.
+- `resolve_study(suite, notebook_id, overrides=None)` gives the study one notebook runs:
+  the suite's overrides for that notebook merged into the study file (then a notebook's
+  own `overrides` parameter on top), the suite's profile map applied (a notebook's own map
+  over the suite-wide one), and every arm's profile loaded with the arm's overrides merged
+  in and validated. Each step validates with provenance, so an error names the study,
+  suite, profile or notebook parameter that set the key.
+- Relative paths inside a file (includes, a suite's study files, profiles directory and
+  results_dir) are relative to the file that names them, never to the working directory.
+- `check_notebook_params(params, papermill_inspect_output)` fails on a parameter a
+  notebook does not declare (papermill only warns).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from specrepro.params.errors import ParamsError, Problem, _one_of
+from specrepro.params.schema import Arm, Profile, ResolvedStudy, Study, Suite
+from specrepro.params.tree import Provenance, Tree, _display_file, _lookup, deep_merge, read_tree
+from specrepro.params.validation import _located, _validate
+
+
+def load_profile(path: Path | str) -> Profile:
+    """Read and validate one profile file; `name` defaults to the file's stem."""
+    tree = read_tree(path)
+    tree.data.setdefault("name", Path(path).stem)
+    profile = _validate(Profile, tree)
+    profile._source = _display_file(path)
+    return profile
+
+
+def load_study(path: Path | str) -> Study:
+    """Read and validate one study file (its arms' profiles are not loaded)."""
+    return _validate(Study, read_tree(path))
+
+
+def load_suite(path: Path | str) -> Suite:
+    """Read and validate a suite file; resolve_study() then gives each notebook's study."""
+    path = Path(path)
+    tree = read_tree(path)
+    suite = _validate(Suite, tree)
+    suite._path = path.resolve()
+    suite._tree = tree
+    for nb in suite.notebooks:
+        if not suite.study_path(nb).is_file():
+            file, key = _located(tree, ("notebooks", nb, "study"))
+            raise ParamsError(
+                [
+                    Problem(
+                        file,
+                        key,
+                        f"expected a study file, found nothing at "
+                        f"{_display_file(suite.study_path(nb))}",
+                    )
+                ]
+            )
+    return suite
+
+
+def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] | None = None
+                  ) -> ResolvedStudy:
+    """The study of one notebook with the suite's overrides and profile map applied and
+    every arm's profile loaded, overridden and validated. `overrides` (a notebook's
+    parameter) merge on top of the suite's own, the same way (mappings key by key, lists
+    replace); an error in them names "notebook parameter 'overrides' of <notebook>"."""
+    if overrides:
+        suite = _with_overrides(suite, notebook_id, overrides)
+    if notebook_id not in suite.notebooks:
+        file, _ = _located(suite._tree, ()) if suite._tree else (str(suite.path), "")
+        raise ParamsError(
+            [
+                Problem(
+                    file, "notebooks", _one_of("a notebook id", list(suite.notebooks), notebook_id)
+                )
+            ]
+        )
+    binding = suite.notebooks[notebook_id]
+    tree = read_tree(suite.study_path(notebook_id))
+    deep_merge(tree, suite._tree, (), ("notebooks", notebook_id, "overrides"))
+    context = f"resolving notebook {notebook_id} of suite {_display_file(suite.path)}"
+    study = _validate(Study, tree, context)
+    mapping = {**suite.profile_map, **binding.profiles}
+    used = {a.profile for a in study.arms}
+    for key in binding.profiles:
+        if key not in used:
+            file, where = _located(suite._tree, ("notebooks", notebook_id, "profiles", key))
+            raise ParamsError(
+                [
+                    Problem(
+                        file,
+                        where,
+                        _one_of("a profile used by the study's arms", sorted(used), key),
+                    )
+                ],
+                context,
+            )
+    arms = [
+        _resolve_arm(suite, notebook_id, tree, i, arm, mapping, context)
+        for i, arm in enumerate(study.arms)
+    ]
+    data = study.model_dump() | {
+        "arms": arms,
+        "notebook_id": notebook_id,
+        "source": tree.prov.locate(())[0],
+    }
+    return ResolvedStudy.model_validate(data, strict=False)
+
+
+def _resolve_arm(
+    suite: Suite, notebook_id: str, study_tree: Tree, i: int, arm: Arm, mapping: dict, context: str
+) -> dict:
+    name = mapping.get(arm.profile, arm.profile)
+    path = suite.profiles_path / f"{name}.yaml"
+    if not path.is_file():
+        available = sorted(p.stem for p in suite.profiles_path.glob("*.yaml"))
+        file, key = _located(study_tree, ("arms", i, "profile"))
+        for where in (("notebooks", notebook_id, "profiles"), ("profile_map",)):
+            if name != arm.profile and arm.profile in (_lookup(suite._tree.data, where) or {}):
+                file, key = _located(suite._tree, (*where, arm.profile))
+                break
+        msg = _one_of(f"a profile in {_display_file(suite.profiles_path)}", available, name)
+        raise ParamsError([Problem(file, key, msg)], context)
+    profile_tree = read_tree(path)
+    profile_tree.data.setdefault("name", name)
+    deep_merge(profile_tree, study_tree, (), ("arms", i, "overrides"))
+    profile = _validate(Profile, profile_tree, f"{context}, arm {arm.name!r}")
+    profile._source = _display_file(path)
+    return arm.model_dump() | {"resolved": profile}
+
+
+def _with_overrides(suite: Suite, notebook_id: str, overrides: Mapping[str, Any]) -> Suite:
+    """A copy of the suite whose tree has a notebook's overrides merged into its own."""
+    suite = copy.copy(suite)
+    tree = copy.deepcopy(suite._tree)
+    patch = Tree({"notebooks": {notebook_id: {"overrides": copy.deepcopy(overrides)}}},
+                 Provenance.of_file(f"notebook parameter 'overrides' of {notebook_id}"))
+    deep_merge(tree, patch)
+    suite._tree = tree
+    return suite
+
+
+def standalone_suite(study_path: Path | str, notebook_id: str, profiles: Path | str) -> Suite:
+    """A suite of one study file as it stands, bound to a profiles directory."""
+    study_path = Path(study_path).resolve()
+    data = {
+        "name": "standalone",
+        "run_id": "standalone",
+        "profiles": str(Path(profiles).resolve()),
+        "notebooks": {notebook_id: {"study": str(study_path)}},
+    }
+    suite = Suite.model_validate(data)
+    suite._path = study_path
+    suite._tree = Tree(data, Provenance.of_file(_display_file(study_path)))
+    return suite
+
+
+def resolve_all(suite: Suite) -> dict[str, ResolvedStudy]:
+    return {nb: resolve_study(suite, nb) for nb in suite.notebooks}
+
+
+def check_notebook_params(
+    params: Mapping[str, Any],
+    allowed: Mapping[str, Any] | Iterable[str],
+    where: str = "notebook parameters",
+) -> None:
+    """Fail on keys a notebook does not declare (papermill only warns about them).
+
+    allowed: papermill.inspect_notebook(path) output (name -> info) or a list of names.
+    """
+    names = list(allowed.keys() if isinstance(allowed, Mapping) else allowed)
+    problems = []
+    for key in params:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(
+                Problem(
+                    where,
+                    key,
+                    f"unknown parameter {key!r}{hint}; expected one of: {', '.join(names)}",
+                )
+            )
+    if problems:
+        raise ParamsError(problems)

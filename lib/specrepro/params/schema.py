@@ -1,0 +1,486 @@
+"""The params models: profiles, studies, suites, and what a resolved study runs.
+
+Design:
+- Three kinds of file: a **Profile** is one engine configuration (`params/profiles/*.yaml`),
+  a **Study** is what one notebook measures (`params/studies/NN_*.yaml`), a **Suite** binds
+  every notebook to a study and to one setup's profiles (`params/default.yaml`,
+  `params/smoke.yaml`, the GPU suites).
+- The models are pydantic v2 with `extra="forbid"` and strict types (`Strict`): an unknown
+  key, a string where a number belongs, a draft schedule vLLM would reject, an arm naming a
+  missing profile or a baseline naming a missing arm all fail before anything runs. Checks
+  across fields are each model's `cross_checks()`, as (key path, message), which the loader
+  locates in the file that set the key.
+- The speculative method names and the draft-schedule rule are the contract's
+  (`specrepro.speculative`); a schedule is checked there and stored exactly as written.
+- `Study.cells()` enumerates a study's cells (skips applied, one seed per repeat); what
+  identifies a cell in the results store is `specrepro.identity`'s.
+- A `ResolvedStudy` is what the runner executes: its arms carry their profiles loaded, the
+  suite's and the arm's overrides merged in, validated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+
+from specrepro.params.errors import Expect, _duplicates, _one_of
+from specrepro.params.tree import Tree
+from specrepro.speculative import METHODS, check_schedule, draft_tokens_at
+
+
+class Strict(BaseModel):
+    """Base of every params model: unknown keys fail, no silent type coercion."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=False)
+
+    def cross_checks(self) -> list[tuple[tuple, str]]:
+        """Checks across fields, as (key path, 'expected ..., found ...'); none by default."""
+        return []
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Schedule = list[Annotated[list[int], Field(min_length=3, max_length=3)]]  # [[lo, hi, k], ...]
+
+
+class ModelRef(Strict):
+    id: str
+    revision: str | None = None  # null where the source gives none; never invented
+    served_name: str | None = None
+
+
+class DrafterRef(Strict):
+    id: str
+    revision: str | None = None
+
+
+class SpeculativeConfig(Strict):
+    """Engine-neutral speculative settings, in vLLM's `--speculative-config` keys."""
+
+    method: Literal[METHODS]  # type: ignore[valid-type]
+    num_speculative_tokens: Annotated[int, Field(ge=1), Expect("a positive integer")] | None = None
+    num_speculative_tokens_per_batch_size: (
+        Annotated[Schedule, Expect("a list of [lo, hi, k] integer ranges")] | None
+    ) = None
+    quantization: str | None = None
+    model: str | None = None
+    prompt_lookup_min: PositiveInt | None = None
+    prompt_lookup_max: PositiveInt | None = None
+    rejection_sample_method: Literal["standard", "synthetic", "block", "fly"] | None = None
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = None
+
+    @field_validator("num_speculative_tokens_per_batch_size", mode="after")
+    @classmethod
+    def _schedule(cls, value: Schedule | None) -> Schedule | None:
+        # vLLM's rule, checked by the contract; the value is stored as given (lists), since
+        # a profile's identity hashes it
+        if value is not None:
+            check_schedule(value)
+        return value
+
+    def cross_checks(self) -> list[tuple[tuple, str]]:
+        out = []
+        if self.method in ("dflash", "draft_model", "mtp") and self.num_speculative_tokens is None:
+            out.append(
+                (
+                    ("num_speculative_tokens",),
+                    f"expected a draft length for method {self.method!r}, found none",
+                )
+            )
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            out.append(
+                (
+                    ("prompt_lookup_min",),
+                    f"expected prompt_lookup_min <= prompt_lookup_max, found {lo} > {hi}",
+                )
+            )
+        return out
+
+    def draft_tokens_at(self, batch_size: int) -> int:
+        return draft_tokens_at(
+            self.num_speculative_tokens_per_batch_size, self.num_speculative_tokens or 0, batch_size
+        )
+
+
+class Parallel(Strict):
+    tensor_parallel_size: PositiveInt = 1
+    data_parallel_size: PositiveInt = 1
+
+
+class Hardware(Strict):
+    name: str
+    gpu: str | None = None
+    memory_gib: PositiveFloat | None = None
+    bandwidth_gbs: PositiveFloat | None = None
+    power_limit_w: PositiveFloat | None = None
+
+
+class Profile(Strict):
+    """One engine configuration: how to start it, with which flags, on which hardware."""
+
+    name: str
+    # transformers: the in-process peer (harness/peer.py) on the embedded checkpoint
+    engine: Literal["vllm", "sglang", "embedded", "attach", "transformers"]
+    description: str = ""
+    command: Annotated[list[str], Expect("an argv list of strings")] | None = None
+    url: str | None = None
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    model: ModelRef
+    drafter: DrafterRef | None = None
+    flags: dict[str, JsonValue] = Field(default_factory=dict)
+    speculative: SpeculativeConfig | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    parallel: Parallel = Field(default_factory=Parallel)
+    hardware: Hardware | None = None
+    engine_version: str | None = None  # the version the profile expects; checked at launch
+    ready_timeout_s: PositiveFloat = 600.0
+    article_arm: str | None = None
+    return_spec_details: bool | None = None  # SGLang: acceptance from per-response fields
+    attached_engine: Literal["vllm", "sglang", "embedded"] | None = None  # attach: who answers
+
+    _source: str | None = None  # the file it was loaded from (set by the loaders)
+
+    @property
+    def source(self) -> str | None:
+        """The profile file, for error messages of code that reads the profile later."""
+        return self._source
+
+    def cross_checks(self) -> list[tuple[tuple, str]]:
+        out = []
+        if self.engine == "attach" and not self.url:
+            out.append((("url",), "expected the URL of a running engine, found none"))
+        if self.engine in ("attach", "transformers"):
+            if self.command is not None:
+                out.append(
+                    (
+                        ("command",),
+                        (
+                            f"expected null for {self.engine} (nothing to start), "
+                            f"found {self.command!r}"
+                        ),
+                    )
+                )
+        elif not self.command:
+            out.append((("command",), f"expected the argv that starts {self.engine}, found none"))
+        if self.engine == "sglang" and self.return_spec_details is not True:
+            out.append(
+                (
+                    ("return_spec_details",),
+                    f"expected true for sglang, found {self.return_spec_details!r}",
+                )
+            )
+        if self.engine not in ("sglang", "attach") and self.return_spec_details is not None:
+            out.append(
+                (
+                    ("return_spec_details",),
+                    (f"expected it only on sglang, found it on {self.engine}"),
+                )
+            )
+        if self.engine != "attach" and self.attached_engine is not None:
+            out.append(
+                (("attached_engine",), f"expected it only on attach, found it on {self.engine}")
+            )
+        if self.speculative is not None:
+            out += [(("speculative", *p), m) for p, m in self.speculative.cross_checks()]
+        return out
+
+    @property
+    def method(self) -> str:
+        """The speculative method, or 'none' for plain autoregressive decoding."""
+        return self.speculative.method if self.speculative else "none"
+
+
+
+WORKLOADS = ("gsm8k", "humaneval", "essays", "prefill")
+
+
+class Workload(Strict):
+    name: Literal[WORKLOADS]  # type: ignore[valid-type]
+    n: PositiveInt  # prompts (for prefill: prompts per target length)
+    form: Literal["chat", "completion"] = "chat"
+    shots: Literal[0, 5] = 0
+    max_tokens: PositiveInt | None = None  # None: the workload's default (workloads.py)
+    prefill_tokens: (
+        Annotated[list[PositiveInt], Expect("a list of positive token counts")] | None
+    ) = None
+    # Stop strings sent with each request. Unset: the workload's own (lm-eval's for GSM8K,
+    # the Codex paper's for HumanEval completions); [] sends none (a base model that opens
+    # every completion with a comment would otherwise stop after two tokens). Unset, it is
+    # left out of a cell's identity, so cells measured before the key existed keep theirs.
+    stop: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    def cross_checks(self) -> list[tuple[tuple, str]]:
+        if self.name == "prefill" and not self.prefill_tokens:
+            return [(("prefill_tokens",), "expected target prompt lengths for prefill, found none")]
+        if self.name != "prefill" and self.prefill_tokens:
+            return [(("prefill_tokens",), f"expected it only on prefill, found it on {self.name}")]
+        if self.shots and self.name != "gsm8k":
+            return [
+                (
+                    ("shots",),
+                    (f"expected 0 for {self.name} (few-shot is gsm8k's), found {self.shots}"),
+                )
+            ]
+        return []
+
+
+class Sampling(Strict):
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    top_p: Annotated[float, Field(gt=0, le=1), Expect("a number in (0, 1]")] = 1.0
+    top_k: int = -1
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value: int) -> int:
+        if value != -1 and value < 1:
+            raise ValueError(f"expected -1 (off) or an integer >= 1, found {value}")
+        return value
+
+    @property
+    def label(self) -> str:
+        extra = "" if (self.top_p, self.top_k) == (1.0, -1) else f" p{self.top_p} k{self.top_k}"
+        return f"T={self.temperature:g}{extra}"
+
+
+class Arm(Strict):
+    name: str
+    profile: str  # a profile file's name, without .yaml
+    overrides: dict[str, JsonValue] = Field(default_factory=dict)
+    label: str | None = None
+
+
+GATE_OPS = {
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+}
+
+
+class Gate(Strict):
+    """A pass/fail criterion declared before the run."""
+
+    name: str
+    metric: str  # a column of the cells table
+    workload: str
+    concurrency: PositiveInt
+    arm: str
+    reference_arm: str | None = None
+    op: Literal[">=", "<=", ">", "<"]
+    threshold: float
+    kind: Literal["absolute", "relative_pct"] = "absolute"
+    unit: str | None = None
+    published: str | None = None  # the article's gate, as text
+
+    def passes(self, value: float, reference: float | None = None) -> bool:
+        """Whether a measured value (and its reference arm's value) passes the gate."""
+        if self.kind == "relative_pct":
+            if reference is None or reference == 0:
+                raise ValueError(f"gate {self.name!r}: relative gate needs a nonzero reference")
+            value = 100.0 * (value - reference) / reference
+        return GATE_OPS[self.op](value, self.threshold)
+
+
+class Skip(Strict):
+    """Combinations the study does not measure; a missing key matches everything."""
+
+    arm: str | None = None
+    workload: str | None = None
+    concurrency: Annotated[list[PositiveInt], Expect("a list of positive integers")] | None = None
+
+    def matches(self, arm: str, workload: str, concurrency: int) -> bool:
+        return (
+            (self.arm is None or self.arm == arm)
+            and (self.workload is None or self.workload == workload)
+            and (self.concurrency is None or concurrency in self.concurrency)
+        )
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One arm x workload x concurrency x sampling x repeat of a study."""
+
+    arm: Arm
+    workload: Workload
+    concurrency: int
+    sampling: Sampling
+    repeat: int
+    seed: int
+
+
+class Study(Strict):
+    """What one notebook measures."""
+
+    name: str
+    notebook: str
+    finding: str = ""
+    arms: Annotated[list[Arm], Field(min_length=1)]
+    baseline: str | None = None
+    workloads: Annotated[list[Workload], Field(min_length=1)]
+    concurrency: Annotated[
+        list[PositiveInt], Field(min_length=1), Expect("a list of positive integers")
+    ]
+    sampling: Annotated[list[Sampling], Field(min_length=1)] = Field(
+        default_factory=lambda: [Sampling()]
+    )
+    repeats: PositiveInt = 1
+    seeds: Annotated[list[int], Expect("a list of integer seeds, one per repeat")] | None = None
+    seed: int = 0  # base seed: repeat r gets seed + r where no explicit list is given
+    mode: Literal["requests", "window"] = "requests"
+    window_s: PositiveFloat | None = None
+    warmup: NonNegInt = 0  # requests sent and discarded before measuring each cell
+    ignore_eos: bool = False
+    thinking: bool | None = None
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    gates: list[Gate] = Field(default_factory=list)
+    skip: list[Skip] = Field(default_factory=list)
+
+    def cross_checks(self) -> list[tuple[tuple, str]]:
+        out: list[tuple[tuple, str]] = []
+        arms = [a.name for a in self.arms]
+        loads = [w.name for w in self.workloads]
+        out += _duplicates("arms", arms) + _duplicates("workloads", loads)
+        for i, w in enumerate(self.workloads):
+            out += [(("workloads", i, *p), m) for p, m in w.cross_checks()]
+        if self.baseline is not None and self.baseline not in arms:
+            out.append((("baseline",), _one_of("an arm name", arms, self.baseline)))
+        if self.seeds is not None and len(self.seeds) != self.repeats:
+            out.append(
+                (
+                    ("seeds",),
+                    (f"expected one seed per repeat ({self.repeats}), found {len(self.seeds)}"),
+                )
+            )
+        if self.mode == "window" and self.window_s is None:
+            out.append(
+                (
+                    ("window_s",),
+                    ("expected a window length in seconds for mode 'window', found none"),
+                )
+            )
+        for i, g in enumerate(self.gates):
+            out += _gate_checks(i, g, arms, loads, self.concurrency)
+        for i, s in enumerate(self.skip):
+            if s.arm is not None and s.arm not in arms:
+                out.append((("skip", i, "arm"), _one_of("an arm name", arms, s.arm)))
+            if s.workload is not None and s.workload not in loads:
+                out.append((("skip", i, "workload"), _one_of("a workload", loads, s.workload)))
+        return out
+
+    def seed_for(self, repeat: int) -> int:
+        return self.seeds[repeat] if self.seeds is not None else self.seed + repeat
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+    def skipped(self, arm: str, workload: str, concurrency: int) -> bool:
+        return any(s.matches(arm, workload, concurrency) for s in self.skip)
+
+    def cells(self) -> Iterator[Cell]:
+        """Every cell the study measures, in a stable order (arm, workload, c, T, repeat)."""
+        for arm in self.arms:
+            for w in self.workloads:
+                for c in self.concurrency:
+                    if self.skipped(arm.name, w.name, c):
+                        continue
+                    for s in self.sampling:
+                        for r in range(self.repeats):
+                            yield Cell(arm, w, c, s, r, self.seed_for(r))
+
+
+
+def _gate_checks(i: int, g: Gate, arms: list, loads: list, levels: list) -> list:
+    from specrepro.results import CELL_SCHEMA  # gates read columns of the cells table
+
+    out = []
+    if g.metric not in CELL_SCHEMA:
+        out.append(
+            (("gates", i, "metric"), _one_of("a cells column", sorted(CELL_SCHEMA), g.metric))
+        )
+    if g.arm not in arms:
+        out.append((("gates", i, "arm"), _one_of("an arm name", arms, g.arm)))
+    if g.reference_arm is not None and g.reference_arm not in arms:
+        out.append((("gates", i, "reference_arm"), _one_of("an arm name", arms, g.reference_arm)))
+    if g.kind == "relative_pct" and g.reference_arm is None:
+        out.append(
+            (
+                ("gates", i, "reference_arm"),
+                "expected a reference arm for a relative_pct gate, found none",
+            )
+        )
+    if g.workload not in loads:
+        out.append((("gates", i, "workload"), _one_of("a workload", loads, g.workload)))
+    if g.concurrency not in levels:
+        out.append(
+            (("gates", i, "concurrency"), _one_of("a concurrency level", levels, g.concurrency))
+        )
+    return out
+
+
+class ResolvedArm(Arm):
+    """An arm with its profile loaded, overrides merged in, and validated."""
+
+    resolved: Profile
+
+
+class ResolvedStudy(Study):
+    """A study whose arms carry fully resolved profiles (what the runner executes)."""
+
+    arms: list[ResolvedArm]
+    notebook_id: str
+    source: str  # the file that defined the study
+
+
+NOTEBOOK_IDS = (
+    "01_drafter_block_sweep",
+    "02_temperature_spread",
+    "03_target_precision",
+    "04_engine_comparison",
+    "05_fp8_drafter_gates",
+    "06_draft_schedule_under_load",
+    "07_the_bill",
+)
+
+
+class NotebookBinding(Strict):
+    study: str  # a study file, relative to the suite file
+    overrides: dict[str, JsonValue] = Field(default_factory=dict)
+    profiles: dict[str, str] = Field(default_factory=dict)  # study arm profile -> this setup's
+
+
+class Suite(Strict):
+    """One setup: every notebook's study, bound to this setup's profiles and sizes."""
+
+    name: str
+    description: str = ""
+    results_dir: str = "../results"  # relative to the suite file
+    run_id: str
+    profiles: str = "profiles"  # directory of profile files, relative to the suite file
+    profile_map: dict[str, str] = Field(default_factory=dict)  # for every notebook
+    notebooks: dict[Literal[NOTEBOOK_IDS], NotebookBinding]  # type: ignore[valid-type]
+
+    # filled by load_suite: where the file lives, and its merged tree for error messages
+    _path: Path = Path(".")
+    _tree: Tree | None = None
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def results_path(self) -> Path:
+        return (self._path.parent / self.results_dir).resolve()
+
+    @property
+    def profiles_path(self) -> Path:
+        return (self._path.parent / self.profiles).resolve()
+
+    def study_path(self, notebook_id: str) -> Path:
+        return (self._path.parent / self.notebooks[notebook_id].study).resolve()

@@ -1,0 +1,88 @@
+"""Measuring above analysis: a notebook's study, replayed from the results store or measured.
+
+Design:
+- `load_finding(params_file, notebook_id, mode, results_dir, overrides)` is the one call a
+  notebook makes to get its data. The suite file and the notebook's `overrides` (merged
+  into the study as a suite's own overrides are, validated the same way:
+  `params.resolve_study`) give the study.
+- Modes (`analysis.finding.MODES`): `replay` reads the results store and never measures (an
+  empty store is an error that says how to measure); `run` measures the whole study anew
+  through the harness's `run_study`; `auto` replays when every cell the study declares has
+  a stored `ok` row that matches it, and measures otherwise (the runner resumes: only
+  missing cells run).
+- This is the only module that both reads findings and starts engines: `analysis` reads
+  results tables only, the harness measures; here one decides which and calls the other.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from specrepro import results
+from specrepro.analysis.finding import (
+    MODES,
+    Finding,
+    FindingError,
+    Mode,
+    missing_cells,
+    project_root,
+    stored_cells,
+)
+from specrepro.params import ResolvedStudy, Suite, load_suite, resolve_study
+
+
+def study_for(params_file: str | Path, notebook_id: str, overrides: dict | None = None
+              ) -> tuple[Suite, ResolvedStudy]:
+    """The notebook's study from a suite, with the notebook's overrides merged on top of the
+    suite's own (mappings merge key by key, lists replace), validated with file and key."""
+    suite = load_suite(params_file)
+    return suite, resolve_study(suite, notebook_id, overrides)
+
+
+def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool) -> None:
+    """Measure the study into the store through the harness's runner (the only call that
+    starts engines); fresh=True measures every cell again as a new attempt. Engines start
+    in the project root, where the profiles' relative model paths point."""
+    from specrepro.harness.runner import run_study  # the harness is needed only to measure
+
+    store = results.ResultStore(results_dir, study.name, run_id)
+    # The load generator calls asyncio.run(), which refuses to start inside a running event
+    # loop, and a Jupyter kernel has one: measure in a worker thread, which has none.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        summary = pool.submit(run_study, study, store, root=project_root(), fresh=fresh,
+                              progress=False,
+                              command=["specrepro.analysis", study.notebook_id]).result()
+    print(f"{study.name}: {summary.ok} cells measured, {summary.failed} failed, "
+          f"{summary.skipped} already stored -> {store.root}")
+    for err in summary.errors:
+        print(f"  error: {err}")
+
+
+def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
+                 results_dir: str | Path | None = None, overrides: dict[str, Any] | None = None
+                 ) -> Finding:
+    """The notebook's study and its stored cells, measuring first where the mode says so."""
+    if mode not in MODES:
+        raise FindingError(f"mode: expected one of {MODES}, found {mode!r}")
+    suite, study = study_for(params_file, notebook_id, overrides)
+    base = Path(results_dir) if results_dir is not None else suite.results_path
+    store_root = base / study.name / suite.run_id
+    measured = False
+    if mode == "run" or (mode == "auto" and missing_cells(store_root, study).height):
+        measure(study, base, suite.run_id, fresh=(mode == "run"))
+        measured = True
+    cells = stored_cells(store_root, study)
+    if cells.height == 0:
+        raise FindingError(
+            f"{notebook_id}: no stored results for study {study.name!r} in {store_root}; "
+            "measure them with mode 'auto' or 'run' (make nb NB=... or make all)")
+    labels = {a.name: a.label or a.name for a in study.arms}
+    cells = cells.with_columns(pl.col("arm").replace_strict(labels, default=None).alias("label"))
+    reqs = results.load_requests(store_root, cells)
+    manifest = results.ResultStore(base, study.name, suite.run_id).manifest()
+    return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,
+                   missing_cells(store_root, study).height)
