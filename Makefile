@@ -70,13 +70,13 @@ html report: $(STAMP)
 
 # Rebuild the embedded checkpoint (models/embedded) from a seed: corpus, tokenizer, target,
 # drafters and the model card's quality figures, with the shipped recipe (v3). The real
-# recipe wants a GPU (467 s on an H200); on a CPU use `$(PY) -m specrepro.embedded.train
+# recipe wants a GPU (467 s on an H200); on a CPU use `$(PY) -m specrepro.embedded.training
 # --smoke`. Never a prerequisite of `all`: editing the package must not retrain the model.
 models: $(STAMP)
-	$(PY) -m specrepro.embedded.corpus --prose-docs paragraphs --out build/corpus/corpus-v2.jsonl
-	$(PY) -m specrepro.embedded.train --recipe v3 --corpus build/corpus/corpus-v2.jsonl \
+	$(PY) -m specrepro.embedded.training.corpus --prose-docs paragraphs --out build/corpus/corpus-v2.jsonl
+	$(PY) -m specrepro.embedded.training --recipe v3 --corpus build/corpus/corpus-v2.jsonl \
 		--out models/embedded
-	$(PY) -m specrepro.embedded.train --recipe light --from models/embedded \
+	$(PY) -m specrepro.embedded.training --recipe light --from models/embedded \
 		--corpus build/corpus/corpus-v2.jsonl --out models/embedded
 
 FORCE:

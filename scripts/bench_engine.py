@@ -38,7 +38,8 @@ import torch
 
 from specrepro.data import read_gsm8k
 from specrepro.embedded.checkpoint import list_drafters, load_proposer, load_target
-from specrepro.embedded.engine import EngineConfig, LLMEngine
+from specrepro.embedded.config import EngineConfig
+from specrepro.embedded.engine import LLMEngine
 from specrepro.embedded.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)

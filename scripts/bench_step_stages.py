@@ -29,7 +29,9 @@ from functools import partial
 import torch
 
 from specrepro.embedded.checkpoint import list_drafters, load_proposer, load_target
-from specrepro.embedded.engine import EngineConfig, relayout_linear_weights
+from specrepro.embedded.config import EngineConfig
+from specrepro.embedded.graphs import capture_graph
+from specrepro.embedded.model import relayout_linear_weights
 from specrepro.embedded.spec import Drafts, Verified, accept_greedy
 
 
@@ -58,16 +60,8 @@ class Timer:
         self.cuda, self.iters = device == "cuda", iters
 
     def __call__(self, fn) -> float:
-        if self.cuda:  # warm up on a side stream, then capture (as engine.py's captures do)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    fn()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                fn()
+        if self.cuda:  # warm up on a side stream, then capture, as the engine's captures do
+            graph, _, _ = capture_graph(fn)
             run = graph.replay
         else:
             run = fn

@@ -1,7 +1,7 @@
 """Print what the linear weights' memory layout costs a target pass of 1 and of k+1 tokens.
 
 The engine stores linear weights K-major on the CPU in fp32 (`EngineConfig.weight_layout`,
-engine.py). This script is the measurement behind that default: the committed target's cached
+config.py; `relayout_linear_weights`, model.py). This script is the measurement behind that default: the committed target's cached
 forward at 1 token (a decode) and at 4 and 8 tokens (a verify), row-major against K-major,
 eager and `torch.compile`d, and the target's GEMMs alone (its own weights, random
 rows), the variants interleaved in one process and each figure the fastest of several rounds (a shared machine only ever slows a round down).
@@ -20,7 +20,7 @@ import time
 import torch
 
 from specrepro.embedded.checkpoint import load_target
-from specrepro.embedded.engine import relayout_linear_weights
+from specrepro.embedded.model import relayout_linear_weights
 
 TOKENS = (1, 4, 8)
 CONTEXT = 200  # tokens already in the cache; the pass attends over CONTEXT + new ones

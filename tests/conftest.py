@@ -179,7 +179,8 @@ def inprocess_server(tiny_checkpoint):
     made = []
 
     def make(spec_tokens: int | None = None, **config) -> InProcessServer:
-        from specrepro.embedded.engine import EngineConfig, LLMEngine
+        from specrepro.embedded.config import EngineConfig
+        from specrepro.embedded.engine import LLMEngine
 
         config = {"max_num_seqs": 4, "max_model_len": 512, **config}
         engine = LLMEngine(EngineConfig(model_dir=str(tiny_checkpoint), **config))

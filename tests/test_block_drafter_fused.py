@@ -1,4 +1,4 @@
-"""The block drafter's inference passes over its stacked context cache (drafters.py,
+"""The block drafter's inference passes over its stacked context cache (proposers/dflash.py,
 `BlockDrafter.allocate` / `finalize`): every layer's context projected by one GEMM in
 `observe`, one gather of every layer's context in `propose`. They must reproduce the
 per-layer passes the drafter is trained with, whatever the weights' layout, the attention
@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from specrepro.embedded.checkpoint import load_proposer, load_target
-from specrepro.embedded.engine import EngineConfig, LLMEngine, relayout_linear_weights
+from specrepro.embedded.config import EngineConfig
+from specrepro.embedded.engine import LLMEngine
+from specrepro.embedded.model import relayout_linear_weights
 
 SLOTS = torch.tensor([2, 0])
 LENS = torch.tensor([13, 7])  # ragged: the second row's context is shorter

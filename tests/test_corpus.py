@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from specrepro.embedded import corpus
+from specrepro.embedded.training import corpus
 
 DATA = os.environ.get("SPECREPRO_DATA_DIR")
 

@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from specrepro.embedded.checkpoint import load_proposer, load_target
-
-METHODS = ["mtp", "dflash", "draft_model"]
+from specrepro.speculative import MODEL_METHODS
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +30,7 @@ def prefill(target, prop, slots, prompt):
     return cache, logits[:, -1].argmax(-1)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", MODEL_METHODS)
 def test_propose_shapes_and_sizes(ckpt, method):
     target, _ = load_target(ckpt)
     prop = load_proposer(ckpt, method, target)
@@ -47,7 +46,7 @@ def test_propose_shapes_and_sizes(ckpt, method):
     prop.release(5)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", MODEL_METHODS)
 def test_ragged_rollback_equals_fresh_replay(ckpt, method):
     """Propose, verify k+1 tokens, accept a different number per slot: the next drafts
     equal those of a proposer that only ever saw the accepted tokens."""
@@ -103,7 +102,7 @@ def test_propose_uses_the_sampler(ckpt):
     assert toks.tolist() == [[42, 42, 42]]
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", MODEL_METHODS)
 def test_training_loss_decreases(ckpt, method):
     target, _ = load_target(ckpt)
     target.requires_grad_(False)

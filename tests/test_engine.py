@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import (
-    EngineConfig,
     EngineRequest,
     LLMEngine,
     PromptTooLongError,
@@ -212,8 +212,7 @@ def _linear_weights(module):
 
 
 def test_k_major_relayout_keeps_values_shapes_and_ties():
-    from specrepro.embedded.engine import relayout_linear_weights
-    from specrepro.embedded.model import ModelConfig, Qwen3Model
+    from specrepro.embedded.model import ModelConfig, Qwen3Model, relayout_linear_weights
     torch.manual_seed(0)
     model = Qwen3Model(ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48,
                                    num_hidden_layers=2, num_attention_heads=2,
@@ -237,7 +236,7 @@ def test_k_major_relayout_keeps_values_shapes_and_ties():
 def test_fake_quantized_layers_keep_their_layout():
     """QuantLinear rounds its input to the FP4/FP8 grid: a different fp32 summation order
     would flip codes (the NVFP4 lossless test parted batched from unbatched outputs)."""
-    from specrepro.embedded.engine import relayout_linear_weights
+    from specrepro.embedded.model import relayout_linear_weights
     from specrepro.embedded.quant import QuantLinear
     model = torch.nn.Sequential(QuantLinear(torch.nn.Linear(32, 16, bias=False), "nvfp4", 1.0),
                                 torch.nn.Linear(16, 8, bias=False))

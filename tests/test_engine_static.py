@@ -9,7 +9,9 @@ import torch
 
 from specrepro.embedded import spec as spec_mod
 from specrepro.embedded.checkpoint import load_proposer, load_target
-from specrepro.embedded.engine import EngineConfig, EngineRequest, LLMEngine, _DecodeStep
+from specrepro.embedded.config import EngineConfig
+from specrepro.embedded.engine import EngineRequest, LLMEngine
+from specrepro.embedded.graphs import _DecodeStep
 from specrepro.embedded.sampling import SamplingParams, verify_greedy
 
 from conftest import random_prompts

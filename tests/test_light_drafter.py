@@ -1,4 +1,4 @@
-"""A light block drafter on a trunk (drafters.py): it borrows the stored block drafter's first
+"""A light block drafter on a trunk (proposers/dflash.py): it borrows the stored block drafter's first
 layers (no bytes of its own for them), starts from the trunk's next layer, stores only its own
 tensors, and refuses a trunk that does not fit, naming the file and the key."""
 
@@ -9,9 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from specrepro.embedded import train
 from specrepro.embedded.checkpoint import list_drafters, load_proposer, load_target, save_drafters
-from specrepro.embedded.drafters import DrafterConfig, build_proposer
+from specrepro.embedded.proposers import DrafterConfig, build_proposer
+from specrepro.embedded.training import cli
+from specrepro.embedded.training.card import replace_section
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -154,10 +155,10 @@ def test_bad_trunk_configs_are_refused(d, match):
 def test_train_from_adds_a_light_drafter_to_a_trained_checkpoint(tmp_path):
     """`specrepro train --from`: the smoke-sized light recipe on a smoke checkpoint, end to end."""
     base, out, corpus = tmp_path / "base", tmp_path / "out", tmp_path / "c.jsonl"
-    assert train.main(["--smoke", "--recipe", "v3", "--out", str(base), "--corpus", str(corpus)]) == 0
+    assert cli.main(["--smoke", "--recipe", "v3", "--out", str(base), "--corpus", str(corpus)]) == 0
     argv = ["--smoke", "--recipe", "light", "--from", str(base), "--out", str(out),
             "--corpus", str(corpus)]
-    assert train.main(argv) == 0
+    assert cli.main(argv) == 0
     assert list_drafters(out) == {**list_drafters(base), "dflash_light": "dflash"}
     target, _ = load_target(out)
     base_target, _ = load_target(base)
@@ -173,20 +174,20 @@ def test_train_from_adds_a_light_drafter_to_a_trained_checkpoint(tmp_path):
     assert card.startswith((base / "MODEL_CARD.md").read_text().rstrip("\n"))
     # adding it again is refused (it would overwrite); a directory without a target too
     with pytest.raises(SystemExit, match=r"drafters \['dflash_light'\] are stored there already"):
-        train.main(argv[:4] + [str(out)] + argv[5:])
+        cli.main(argv[:4] + [str(out)] + argv[5:])
     with pytest.raises(SystemExit, match="no config.json there"):
-        train.main(argv[:4] + [str(tmp_path)] + argv[5:])
+        cli.main(argv[:4] + [str(tmp_path)] + argv[5:])
     # a recipe with a trunk drafter cannot train from scratch
     with pytest.raises(SystemExit, match=r"drafters \[.dflash_light.\] sit on .*--from CHECKPOINT"):
-        train.main(["--smoke", "--recipe", "light", "--out", str(tmp_path / "x"),
+        cli.main(["--smoke", "--recipe", "light", "--out", str(tmp_path / "x"),
                     "--corpus", str(corpus)])
 
 
 def test_replace_section_updates_in_place():
     card = "# Card\n\ntext\n\n## Added drafters: recipe `x`\n\nold\n\n## Notes\n\nkept\n"
-    new = train.replace_section(card, "## Added drafters: recipe `x`\n\nnew\n")
+    new = replace_section(card, "## Added drafters: recipe `x`\n\nnew\n")
     assert new == "# Card\n\ntext\n\n## Added drafters: recipe `x`\n\nnew\n\n## Notes\n\nkept\n"
-    assert train.replace_section("# Card\n", "## S\n\nbody\n") == "# Card\n\n## S\n\nbody\n"
+    assert replace_section("# Card\n", "## S\n\nbody\n") == "# Card\n\n## S\n\nbody\n"
 
 
 def test_kv_budget_counts_a_cache_for_every_layer_run(tiny_checkpoint):

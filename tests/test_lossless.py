@@ -8,8 +8,9 @@ from scipy import stats
 
 from specrepro.embedded import spec as spec_mod
 from specrepro.embedded.checkpoint import load_target
-from specrepro.embedded.drafters import DrafterConfig, DraftModel
-from specrepro.embedded.engine import EngineConfig, LLMEngine
+from specrepro.embedded.config import EngineConfig
+from specrepro.embedded.engine import LLMEngine
+from specrepro.embedded.proposers import DrafterConfig, DraftModel
 from specrepro.embedded.sampling import SamplingParams, SamplingTensors, warp
 
 from conftest import random_prompts

@@ -1,15 +1,17 @@
-"""spec.py: vLLM's speculative config and per-batch-size schedule, and n-gram prompt lookup."""
+"""specrepro.speculative: vLLM's speculative config and per-batch-size schedule as the embedded
+engine reads them; proposers/ngram.py: n-gram prompt lookup."""
 
 import pytest
 import torch
 
-from specrepro.embedded.spec import NgramProposer, SpecConfig, SpecConfigError, parse_schedule
+from specrepro.embedded.proposers import NgramProposer
+from specrepro.speculative import SpecConfig, SpecConfigError, check_schedule
 
 
 def test_schedule_semantics_follow_vllm():
     cfg = SpecConfig.from_dict({"method": "dflash", "num_speculative_tokens": 5,
                                 "num_speculative_tokens_per_batch_size":
-                                    [[9, 16, 2], [1, 4, 7], [5, 6, 3]]})
+                                    [[1, 4, 7], [5, 6, 3], [9, 16, 2]]})
     # inclusive ends; k=7 capped at num_speculative_tokens=5; 7..8 is a gap (previous k=3);
     # past the last range the last k holds
     got = {b: cfg.k_for_batch(b) for b in (1, 4, 5, 6, 7, 8, 9, 16, 17, 1000)}
@@ -23,10 +25,14 @@ def test_schedule_semantics_follow_vllm():
     ([[1, 4, -1]], "k >= 0"),
     ([[1, 0, 2]], "start <= end"),
     ([[1, 2]], "triples"),
+    ([[1, 4, 7], [9, 16, 2], [5, 6, 3]], "ascending"),
 ])
 def test_schedule_validation_names_the_problem(sched, words):
-    with pytest.raises(SpecConfigError, match=words):
-        parse_schedule(sched)
+    with pytest.raises(ValueError, match=words):
+        check_schedule(sched)
+    with pytest.raises(SpecConfigError, match=f"num_speculative_tokens_per_batch_size: .*{words}"):
+        SpecConfig.from_dict({"method": "mtp", "num_speculative_tokens": 3,
+                              "num_speculative_tokens_per_batch_size": sched})
 
 
 def test_config_errors_name_the_key():

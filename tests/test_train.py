@@ -5,13 +5,13 @@ import json
 import pytest
 import torch
 
-from specrepro.embedded import train
 from specrepro.embedded.checkpoint import list_drafters, load_proposer, load_target
+from specrepro.embedded.training import cli, loops, recipes
 
 
 def test_smoke_builds_a_loadable_checkpoint(tmp_path):
     out = tmp_path / "embedded"
-    assert train.main(["--smoke", "--out", str(out), "--corpus", str(tmp_path / "c.jsonl")]) == 0
+    assert cli.main(["--smoke", "--out", str(out), "--corpus", str(tmp_path / "c.jsonl")]) == 0
     target, tok = load_target(out)
     assert set(list_drafters(out)) == {"mtp", "dflash", "draft_model"}
     for name, method in list_drafters(out).items():
@@ -27,15 +27,15 @@ def test_smoke_builds_a_loadable_checkpoint(tmp_path):
 
 
 def test_recipe_overrides_are_checked():
-    args = train.parse_args(["--smoke", "--set", "target_steps=3", "--seed", "7"])
-    r = train.resolve_recipe(args)
+    args = cli.parse_args(["--smoke", "--set", "target_steps=3", "--seed", "7"])
+    r = cli.resolve_recipe(args)
     assert (r.name, r.target_steps, r.seed) == ("smoke", 3, 7)
     with pytest.raises(SystemExit, match="unknown recipe field 'nope'"):
-        train.resolve_recipe(train.parse_args(["--set", "nope=1"]))
+        cli.resolve_recipe(cli.parse_args(["--set", "nope=1"]))
 
 
 def test_cosine_schedule_warms_up_and_decays_to_floor():
-    lrs = [train.cosine_lr(s, 100, 1.0, 10) for s in range(100)]
+    lrs = [loops.cosine_lr(s, 100, 1.0, 10) for s in range(100)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert lrs[-1] == pytest.approx(0.1, abs=1e-3) and lrs[50] < lrs[20]
 
@@ -43,11 +43,11 @@ def test_cosine_schedule_warms_up_and_decays_to_floor():
 def test_v2_smoke_builds_a_loadable_checkpoint_with_sampled_figures(tmp_path):
     """The smoke-sized v2: paragraph prose, greedy + sampled distillation, no dflash_light,
     sampled (T = 0.7) acceptance beside the greedy figures."""
-    from specrepro.embedded import quality
-    from specrepro.embedded.corpus import read_corpus
+    from specrepro.embedded.training import quality
+    from specrepro.embedded.training.corpus import read_corpus
 
     out, corpus_file = tmp_path / "v2", tmp_path / "c.jsonl"
-    assert train.main(["--smoke", "--recipe", "v2", "--out", str(out),
+    assert cli.main(["--smoke", "--recipe", "v2", "--out", str(out),
                        "--corpus", str(corpus_file)]) == 0
     target, tok = load_target(out)
     assert set(list_drafters(out)) == {"mtp", "dflash", "draft_model"}
@@ -71,20 +71,20 @@ def test_v2_smoke_builds_a_loadable_checkpoint_with_sampled_figures(tmp_path):
     assert run(0.7)["outputs"] == run(0.7)["outputs"]
     # a corpus built with another prose unit is refused, naming the fix
     with pytest.raises(SystemExit, match="--prose-docs paragraphs"):
-        train.check_corpus({"sha256": "x"}, corpus_file, train.RECIPES["v2"])
+        cli.check_corpus({"sha256": "x"}, corpus_file, recipes.RECIPES["v2"])
 
 
 @pytest.mark.parametrize("name", ["v2", "v2-deep", "v3"])
 def test_default_recipe_is_unchanged_and_v2_fits_the_size_limit(name):
-    d, v2 = train.RECIPES["default"], train.RECIPES[name]
+    d, v2 = recipes.RECIPES["default"], recipes.RECIPES[name]
     assert (d.prose_docs, d.distill_mix, d.drafter_steps) == ("articles", ((0.0, 1.0),), 8000)
     assert set(d.drafters) == {"mtp", "dflash", "dflash_light", "draft_model"}
     assert set(v2.drafters) == {"mtp", "dflash", "draft_model"}
     assert v2.drafters["dflash"]["num_hidden_layers"] == {"v2": 4, "v2-deep": 6, "v3": 6}[name]
-    assert v2.prose_docs == "paragraphs" and v2.distill_mix == train.RECIPES["v2"].distill_mix
+    assert v2.prose_docs == "paragraphs" and v2.distill_mix == recipes.RECIPES["v2"].distill_mix
     # bf16 bytes of the full-size v2 checkpoint's weights: at most 40 MB
-    from specrepro.embedded.drafters import DrafterConfig, build_proposer
     from specrepro.embedded.model import ModelConfig, Qwen3Model
+    from specrepro.embedded.proposers import DrafterConfig, build_proposer
     tgt = Qwen3Model(ModelConfig.from_dict(v2.target))
     n = sum(p.numel() for p in tgt.parameters())
     for cfg in v2.drafters.values():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specrepro.embedded import train
+from specrepro.embedded.training import cli, loops, recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_candidates.sh"
@@ -33,7 +33,7 @@ def _env(tmp_path: Path, gpus: int) -> dict:
 @pytest.fixture(scope="module")
 def smoke_corpus(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "c.jsonl"
-    train.load_or_build_corpus(path, train.RECIPES["smoke-v2"], train.Log())
+    cli.load_or_build_corpus(path, recipes.RECIPES["smoke-v2"], loops.Log())
     return path
 
 

@@ -12,10 +12,10 @@ import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("specrepro.embedded.serve", "start the embedded OpenAI-compatible engine"),
-    "train": ("specrepro.embedded.train", "train the embedded target and drafters from a seed"),
+    "train": ("specrepro.embedded.training.cli", "train the embedded target and drafters from a seed"),
     "run": ("specrepro.harness.runner", "run a study (params/*.yaml) against an engine"),
     "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
-    "check": ("specrepro.params", "validate a params file (suite, study or profile)"),
+    "check": ("specrepro.params.cli", "validate a params file (suite, study or profile)"),
 }
 
 

@@ -13,7 +13,7 @@ Design:
 - Weights are stored in bf16 (the size budget) and loaded in the dtype asked for.
   Tied embeddings are stored once (`model.embed_tokens.weight`), as transformers does.
 - The MTP head and block drafter borrow the target's embedding and output head, so
-  `load_proposer` takes the loaded target. A light block drafter on a trunk (drafters.py)
+  `load_proposer` takes the loaded target. A light block drafter on a trunk (proposers/dflash.py)
   stores only its own tensors; the trunk's come from the trunk drafter's folder.
 - `build_random_checkpoint` writes a tiny, randomly initialised, complete
   checkpoint in about a second, for other modules' tests.
@@ -28,9 +28,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from specrepro.embedded.drafters import PROPOSERS, DrafterConfig, Proposer, build_proposer
 from specrepro.embedded.model import ModelConfig, Qwen3Model
+from specrepro.embedded.proposers import PROPOSERS, DrafterConfig, Proposer, build_proposer
 from specrepro.embedded.tokenizer import Tokenizer, train_bpe
+from specrepro.speculative import MODEL_METHODS
 
 DRAFTER_KEY = "specrepro_drafter"
 
@@ -128,8 +129,9 @@ def load_proposer(directory: str | Path, method: str, target: Qwen3Model, device
     """The drafter stored in subfolder `name` (default: the method's name) of `directory`.
     Device and dtype default to the target's. In a checkpoint (a directory with drafters.json)
     the drafter must be listed there: a folder a rebuild left behind sat on the old weights."""
-    if method not in PROPOSERS:
-        raise ValueError(f"unknown drafter method {method!r}; expected one of {sorted(PROPOSERS)}")
+    if method not in MODEL_METHODS:  # the methods with stored weights
+        raise ValueError(f"unknown drafter method {method!r}; expected one of "
+                         f"{sorted(MODEL_METHODS)}")
     sub = Path(directory) / (name or method)
     cfg_path = sub / "config.json"
     if not cfg_path.is_file():

@@ -24,28 +24,14 @@ Design:
   draws from each request's own `torch.Generator`, quantization scales are static.
 - Speed: the attention length is rounded up to a bucket so shapes repeat; `compile=True`
   wraps the target forward in `torch.compile`.
-- Static decode (`static_shapes`, on by default wherever CUDA graphs are): a decode step's
-  propose -> verify -> observe and greedy acceptance run as one tensor program
-  (`spec.draft_verify_observe`) at fixed shapes: the batch padded to a power-of-two bucket
-  with the scratch slot, every attention (target and drafter) over whole cache rows under the
-  causal mask, no host read inside. On CUDA each (batch bucket, k) the engine can meet is
-  captured in a CUDA graph at start-up (a timed region never captures), checked against an
-  eager run of the same inputs, and replayed; a capture that fails falls back, with a printed
-  warning, to a capture without cuDNN attention and then to the same program run eagerly.
-  One host read per step brings back [B, k+3] (drafts, acceptance, next token).
+- Static decode (`static_shapes`, on by default wherever CUDA graphs are): a decode step runs
+  as one fixed-shape tensor program, captured per (batch bucket, k) in a CUDA graph at
+  start-up on CUDA and run eagerly at the same shapes elsewhere; eager passes of varying
+  shape on CUDA exclude cuDNN attention. The programs and why: graphs.py.
 - Weight layout (`weight_layout`, CPU fp32 by default): linear weights are stored K-major
-  (column-major [out, in], i.e. [in, out] contiguous) so `F.linear` hands MKL its NN layout,
-  which is faster for the few-row GEMMs of decoding: on one core of the 2-core dev machine,
-  the target's 43 GEMMs at 8 rows took 2.3-2.5 ms K-major against 3.8-4.0 ms row-major
-  (1 row: 1.9-2.3 ms either way), and a compiled 8-token target pass 1.27-1.38x a 1-token one
-  against 1.66x. Under the shared machine's load whole passes moved by more than that
-  (scripts/bench_weight_layout.py; docs/bench). Same values, same shapes; bf16 (AMX)
-  gains nothing, so only fp32 on the CPU switches, and fake-quantized layers keep theirs
-  (their rounding to the FP4/FP8 grid would turn the other summation order into flipped
-  codes: `relayout_linear_weights`).
-- Eager passes of varying shape on CUDA (prefill chunks, the staged fallback) exclude cuDNN
-  attention: SDPA may pick it on Hopper, and it builds a cuDNN graph (tens of milliseconds)
-  for every new shape, which made every eager drafter call on the H200 cost that much.
+  there, where few-row GEMMs are faster so; bf16 and CUDA keep the loaded layout
+  (model.relayout_linear_weights gives the measurements). The engine re-lays once its
+  modules are final, before it captures any graph.
 
 The engine knows nothing of HTTP or text: it takes and returns token ids (serve.py bridges).
 """
@@ -53,7 +39,6 @@ The engine knows nothing of HTTP or text: it takes and returns token ids (serve.
 from __future__ import annotations
 
 import collections
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +47,10 @@ from pathlib import Path
 import torch
 
 from specrepro.embedded import spec as spec_mod
+from specrepro.embedded.config import DTYPES, EngineConfig
+from specrepro.embedded.graphs import _DecodeStep, _Forward, eager_attention
+from specrepro.embedded.model import relayout_linear_weights, weight_bytes
+from specrepro.embedded.proposers import make_ngram
 from specrepro.embedded.sampling import (
     SamplingParams,
     SamplingTensors,
@@ -69,31 +58,14 @@ from specrepro.embedded.sampling import (
     sample,
     warp,
 )
-from specrepro.embedded.spec import DecodeBatch, SpecConfig
+from specrepro.embedded.spec import DecodeBatch
+from specrepro.speculative import SpecConfig
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FINISH_REASONS = ("stop", "length", "abort")
-WEIGHT_LAYOUTS = ("auto", "k_major", "row_major")
 # torch.compile keys its cache by code object: every engine's decode program shares one, and
 # each (batch bucket, k) is a recompilation. Past dynamo's default limit (8) it silently runs
 # eagerly, so a benchmark's later engines would be measured uncompiled.
 RECOMPILE_LIMIT = 256
-
-# A fixed text for the activation-scale calibration of quantized layers (NVFP4 target, FP8
-# drafter): some arithmetic, some code and some prose, like the model's training mix.
-CALIBRATION_TEXT = (
-    "Question: A baker makes 24 muffins in the morning and 18 in the afternoon. She sells 35 "
-    "of them and gives 2 to a neighbour. How many muffins are left?\nAnswer: She made 24 + 18 "
-    "= <<24+18=42>>42 muffins. She sold or gave away 35 + 2 = <<35+2=37>>37. So 42 - 37 = "
-    "<<42-37=5>>5 muffins are left.\n#### 5\n\n"
-    "def moving_average(values, window):\n    \"\"\"Return the mean of each window of values.\"\"\"\n"
-    "    if window <= 0:\n        raise ValueError('window must be positive')\n    out = []\n"
-    "    for i in range(len(values) - window + 1):\n        out.append(sum(values[i:i + window])"
-    " / window)\n    return out\n\n"
-    "The river rises in the hills to the north of the town and flows south through a wide "
-    "valley of farms and orchards . In the nineteenth century a canal was cut beside it , and "
-    "the mills that grew along its banks employed most of the people of the district .\n"
-)
 
 
 class QueueFullError(RuntimeError):
@@ -102,48 +74,6 @@ class QueueFullError(RuntimeError):
 
 class PromptTooLongError(ValueError):
     """A request can never fit: its prompt (+ max_tokens) exceeds the context or the KV pool."""
-
-
-@dataclass
-class EngineConfig:
-    model_dir: str | None = None
-    device: str = "cpu"
-    dtype: str = "float32"  # the target's (and the caches') dtype
-    quantization: str = "none"  # "none" | "nvfp4" (the target's weights and activations)
-    max_num_seqs: int = 8
-    max_model_len: int = 4096
-    max_num_batched_tokens: int = 512
-    kv_cache_memory_bytes: int | None = None
-    speculative: dict | None = None  # vLLM's --speculative-config keys
-    max_waiting: int = 256
-    seed: int = 0
-    # torch.compile: with static shapes the whole decode program (one compile per (bucket, k),
-    # then captured), else the target forward and the drafter's calls (dynamic shapes)
-    compile: bool = False
-    cuda_graphs: bool = True  # capture fixed-shape decode/verify passes on CUDA
-    # decode steps as one fixed-shape program (whole-row attention, padded batch buckets);
-    # None: on when CUDA graphs are used. True on the CPU runs the graphs' code path eagerly.
-    static_shapes: bool | None = None
-    kv_len_bucket: int = 64  # attention length rounded up to a multiple (shapes repeat)
-    # "auto": K-major linear weights on the CPU in float32 (few-row GEMMs), else as loaded;
-    # "k_major" | "row_major" force one
-    weight_layout: str = "auto"
-    profile: bool = False  # time the forward passes (synchronizing on CUDA)
-    num_threads: int | None = None  # torch CPU threads (process-wide); None leaves torch's
-
-    def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ValueError(f"EngineConfig.dtype={self.dtype!r}, expected one of "
-                             f"{sorted(DTYPES)}")
-        if self.quantization not in ("none", "nvfp4"):
-            raise ValueError(f"EngineConfig.quantization={self.quantization!r}, expected "
-                             "'none' or 'nvfp4'")
-        if self.weight_layout not in WEIGHT_LAYOUTS:
-            raise ValueError(f"EngineConfig.weight_layout={self.weight_layout!r}, expected one "
-                             f"of {list(WEIGHT_LAYOUTS)}")
-        for name in ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "max_waiting"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -211,247 +141,6 @@ class _Sequence:
         return self.num_computed >= len(self.req.prompt_token_ids)
 
 
-class _Forward:
-    """The target pass the stages call: binds the cache, buckets the attention length,
-    optionally compiled, and on CUDA replays a captured graph per (batch, length) shape."""
-
-    def __init__(self, model, cache, cfg: EngineConfig, scratch_slot: int, static: bool = False):
-        self.model, self.cache, self.cfg = model, cache, cfg
-        self.scratch_slot = scratch_slot
-        self.fn = torch.compile(model, dynamic=True) if cfg.compile and not static else model
-        self.graphs = {}  # (B, S, hidden_layers) -> _Graph | None (None: capture failed)
-        self.use_graphs = cfg.cuda_graphs and torch.device(cfg.device).type == "cuda"
-
-    def kv_len(self, positions: torch.Tensor, end: int | None = None) -> int:
-        end = int(positions.max()) + 1 if end is None else end
-        b = self.cfg.kv_len_bucket
-        return min(-(-end // b) * b, self.cache.max_len)
-
-    def __call__(self, ids, positions, slots, hidden_layers=(), logits="all", end=None):
-        if self.use_graphs and logits == "all":
-            return self._graphed(ids, positions, slots, tuple(hidden_layers))
-        with eager_attention(ids.device):
-            return self.fn(ids, positions=positions, cache=self.cache, slots=slots,
-                           kv_len=self.kv_len(positions, end), hidden_layers=hidden_layers,
-                           logits=logits)
-
-    # ---- CUDA graphs: one per (padded batch, k+1), attending over the whole cache row
-    def _graphed(self, ids, positions, slots, hidden_layers):
-        b, s = ids.shape
-        pb = 1 << (b - 1).bit_length()  # batch bucket: next power of two
-        key = (pb, s, hidden_layers)
-        if key not in self.graphs:
-            self.graphs[key] = self._capture(pb, s, hidden_layers)
-        g = self.graphs[key]
-        if g is None:
-            with eager_attention(ids.device):
-                return self.model(ids, positions=positions, cache=self.cache, slots=slots,
-                                  kv_len=self.cache.max_len, hidden_layers=hidden_layers)
-        g["ids"][:b].copy_(ids)
-        g["pos"][:b].copy_(positions)
-        g["slots"][:b].copy_(slots)
-        g["ids"][b:].zero_()
-        g["slots"][b:].fill_(self.scratch_slot)
-        g["pos"][b:].copy_(torch.arange(s, device=ids.device))
-        g["graph"].replay()
-        out = g["out"]
-        return type(out)(out.logits[:b], [h[:b] for h in out.hidden], out.last_hidden[:b])
-
-    def _capture(self, pb, s, hidden_layers):
-        dev = self.cache.k0.device
-        st = {"ids": torch.zeros(pb, s, dtype=torch.int64, device=dev),
-              "pos": torch.arange(s, device=dev).repeat(pb, 1),
-              "slots": torch.full((pb,), self.scratch_slot, dtype=torch.int64, device=dev)}
-
-        def run():
-            return self.model(st["ids"], positions=st["pos"], cache=self.cache, slots=st["slots"],
-                              kv_len=self.cache.max_len, hidden_layers=hidden_layers)
-        try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    run()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                st["out"] = run()
-            st["graph"] = graph
-            return st
-        except Exception as e:  # noqa: BLE001 — a shape the graph cannot hold runs eagerly from now on
-            print(f"[engine] CUDA graph capture failed for batch {pb} x {s}: {e}; eager")
-            return None
-
-
-def eager_attention(device):
-    """A context for eager passes on CUDA: SDPA without cuDNN attention, which builds a cuDNN
-    graph for every new shape (EMBEDDED_NOTES: tens of ms per drafter call on the H200).
-    Flash, memory-efficient and math attention have no per-shape set-up."""
-    if torch.device(device).type != "cuda":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
-                        SDPBackend.MATH])
-
-
-@dataclass
-class _Captured:
-    graph: object  # torch.cuda.CUDAGraph
-    inputs: torch.Tensor  # [3, bucket] static input rows the graph reads
-    out: dict  # static outputs the graph writes
-
-
-class _DecodeStep:
-    """A decode step (propose -> verify -> observe, greedy acceptance) as a fixed-shape
-    program per (batch bucket, k): captured in a CUDA graph on CUDA, run eagerly at the same
-    shapes elsewhere, so a CPU test runs the code the GPU replays.
-
-    inputs: [3, bucket] int64 rows (slots, context_len, last_token), padding rows at the
-    scratch slot with context_len 1 (every index stays in range). Outputs (all [bucket, ...]):
-    drafts [.., k], num_drafts [..], logits [.., k+1, V], rows [.., k+3] = (num_drafts,
-    greedy num_accepted, drafts..., greedy next token)."""
-
-    def __init__(self, model_fn, cache, proposer, scratch_slot: int, use_graphs: bool,
-                 compile: bool = False):
-        self.fn, self.cache, self.proposer = model_fn, cache, proposer
-        # compile=True: the whole program through torch.compile (static shapes: one compile per
-        # (bucket, k)); a compiled capture that fails falls back to the plain program
-        self.compiled = torch.compile(self.program, dynamic=False) if compile else None
-        self.scratch_slot = scratch_slot
-        self.layers = tuple(getattr(proposer, "target_layers", ()) or ())
-        self.use_graphs = use_graphs
-        self.capture_enabled = False  # on once the engine's modules are final (after fp8)
-        self.graphs: dict[tuple[int, int], _Captured | None] = {}
-        self.failures: list[str] = []
-
-    @staticmethod
-    def bucket(b: int) -> int:
-        return 1 << (b - 1).bit_length()  # next power of two
-
-    def inputs(self, slots: list[int], context_len: list[int], last_token: list[int]):
-        pad = self.bucket(len(slots)) - len(slots)
-        return torch.tensor([slots + [self.scratch_slot] * pad, context_len + [1] * pad,
-                             last_token + [0] * pad], dtype=torch.int64)  # [3, bucket], host
-
-    def program(self, inputs: torch.Tensor, k: int) -> dict:
-        slots, context_len, last_token = inputs[0], inputs[1], inputs[2]
-        span = self.cache.max_len
-
-        def forward(ids, pos, s, hidden_layers):
-            return self.fn(ids, positions=pos, cache=self.cache, slots=s, kv_len=span,
-                           hidden_layers=hidden_layers)
-        drafts, verified = spec_mod.draft_verify_observe(forward, self.proposer, slots,
-                                                         context_len, last_token, k,
-                                                         self.layers)
-        acc = spec_mod.accept_greedy(drafts, verified)
-        num = (drafts.num_drafts if drafts.num_drafts is not None
-               else torch.full_like(acc.num_accepted, k))
-        rows = torch.cat([num[:, None], acc.num_accepted[:, None], drafts.tokens,
-                          acc.next_token[:, None]], dim=1)
-        return {"drafts": drafts.tokens, "num_drafts": num, "logits": verified.logits,
-                "rows": rows}
-
-    def __call__(self, host_inputs: torch.Tensor, k: int) -> dict:
-        key = (host_inputs.shape[1], k)
-        if self.use_graphs and self.capture_enabled and key not in self.graphs:
-            self.graphs[key] = self.capture(*key)
-        g = self.graphs.get(key)
-        if g is None:
-            dev = self.cache.k0.device
-            run = self.compiled if self.compiled is not None and not self.use_graphs \
-                else self.program
-            with eager_attention(dev):
-                return run(host_inputs.to(dev), k)
-        g.inputs.copy_(host_inputs)  # one small host-to-device copy
-        g.graph.replay()
-        return g.out
-
-    def capture_all(self, keys) -> None:
-        self.capture_enabled = True
-        for key in keys:
-            if key not in self.graphs:
-                self.graphs[key] = self.capture(*key)
-
-    def capture(self, bucket: int, k: int) -> _Captured | None:
-        """Capture (bucket, k): default attention backends first, then without cuDNN; each
-        capture is replayed once and checked against an eager run of the same inputs."""
-        host = torch.tensor([[self.scratch_slot] * bucket, [1] * bucket, [0] * bucket],
-                            dtype=torch.int64)
-        attempts = [("default attention", self.program, contextlib.nullcontext),
-                    ("attention without cuDNN", self.program, lambda: eager_attention("cuda"))]
-        if self.compiled is not None:
-            attempts.insert(0, ("torch.compile", self.compiled, contextlib.nullcontext))
-        for label, fn, ctx in attempts:
-            try:
-                with ctx():
-                    return self._capture_once(fn, host, k)
-            except Exception as e:  # noqa: BLE001 — fall back, never crash a server or a bench
-                msg = (f"[engine] CUDA graph capture of the decode step failed for batch "
-                       f"bucket {bucket}, k={k} with {label}: {type(e).__name__}: {e}")
-                self.failures.append(msg)
-                print(msg, flush=True)
-        print(f"[engine] batch bucket {bucket}, k={k} runs eagerly (no CUDA graph)", flush=True)
-        return None
-
-    def _capture_once(self, fn, host: torch.Tensor, k: int) -> _Captured:
-        inputs = host.to(self.cache.k0.device)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up: lazy init, cuDNN/cuBLAS plans, allocator
-            for _ in range(2):
-                ref = fn(inputs, k)
-        torch.cuda.current_stream().wait_stream(side)
-        ref = ref["logits"].float().clone()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = fn(inputs, k)
-        graph.replay()
-        torch.cuda.synchronize()
-        got = out["logits"].float()
-        err = float((got - ref).abs().max())
-        tol = 1e-2 * float(ref.abs().max()) + 1e-2
-        if not torch.isfinite(got).all() or err > tol:
-            raise RuntimeError(f"replayed logits differ from eager ones by {err:.3g} "
-                               f"(tolerance {tol:.3g})")
-        return _Captured(graph, inputs, out)
-
-
-def relayout_linear_weights(module, k_major: bool) -> int:
-    """Store every plain linear weight ([out, in], read by `F.linear`) K-major or row-major,
-    in place; the values and shapes are unchanged. Returns how many weights were touched.
-
-    Fake-quantized layers (`QuantLinear`) keep their layout: their input is rounded to the
-    E2M1/E4M3 grid, which turns the other layout's fp32 summation order (a different last
-    bit, and a different one at 1 row than at several) into flipped codes; with them K-major,
-    the NVFP4 lossless test's batched and unbatched outputs parted at a 0.11 logit gap.
-    A weight moves to new storage: a CUDA graph captured earlier on the same module would
-    read the old one, so an engine re-lays before it captures (and "auto" never re-lays on
-    CUDA)."""
-    n = 0
-    for m in module.modules():
-        if type(m) is not torch.nn.Linear or m.weight.dim() != 2:
-            continue
-        w = m.weight.data
-        # K-major: the transpose [in, out] is contiguous; a tied weight is re-laid once
-        new = w.t().contiguous().t() if k_major else w.contiguous()
-        if new.data_ptr() == w.data_ptr():
-            continue
-        m.weight.data = new
-        n += 1
-    return n
-
-
-def _weight_bytes(module) -> int:
-    """Bytes of a module's parameters and non-cache buffers (tied tensors counted once)."""
-    seen, n = set(), 0
-    for t in list(module.parameters()) + [b for name, b in module.named_buffers()
-                                          if not name.startswith("cache")]:
-        if t is not None and t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            n += t.numel() * t.element_size()
-    return n
-
-
 class LLMEngine:
     """Continuous batching with speculative decoding over a slot KV cache."""
 
@@ -462,7 +151,7 @@ class LLMEngine:
         self.spec = SpecConfig.from_dict(cfg.speculative)
         if cfg.num_threads is not None:
             # the tiny model's kernels are microseconds long: on a busy 2-core machine
-            # OpenMP barriers across threads cost more than they save (EMBEDDED_NOTES)
+            # OpenMP barriers across threads cost more than they save
             torch.set_num_threads(int(cfg.num_threads))
         self.model, self.tokenizer = self._load_target(model, tokenizer)
         self.proposer = self._load_proposer(proposer)
@@ -538,7 +227,7 @@ class LLMEngine:
         if m == "none":
             return None
         if m == "ngram":
-            return spec_mod.make_ngram(self.spec)
+            return make_ngram(self.spec)
         if proposer is None:
             from specrepro.embedded.checkpoint import load_proposer
             directory, name = self.config.model_dir, None
@@ -555,28 +244,20 @@ class LLMEngine:
             return int(self.tokenizer.eos_token_id)
         return self.model.config.eos_token_id
 
-    def _calibration_batches(self) -> list[torch.Tensor]:
-        vocab = self.model.config.vocab_size
-        if self.tokenizer is not None:
-            ids = [i for i in self.tokenizer.encode(CALIBRATION_TEXT) if i < vocab]
-        else:  # a bare model in tests: a fixed pseudo-random sequence stands in for text
-            g = torch.Generator().manual_seed(1234)
-            ids = torch.randint(0, vocab, (256,), generator=g).tolist()
-        return [torch.tensor([ids], dtype=torch.int64, device=self.device)]
-
     @torch.no_grad()
     def _quantize_target(self) -> None:
-        from specrepro.embedded.quant import QuantLinear, quantize_model
+        from specrepro.embedded.quant import QuantLinear, calibration_batches, quantize_model
         if any(isinstance(m, QuantLinear) for m in self.model.modules()):
             return  # a model shared between engines (benchmarks) is quantized once
-        quantize_model(self.model, "nvfp4", self._calibration_batches())
+        quantize_model(self.model, "nvfp4", calibration_batches(
+            self.tokenizer, self.model.config.vocab_size, self.device))
 
     @torch.no_grad()
     def _quantize_drafter(self) -> None:
         """FP8 per tensor for the drafter: its activation scales come from a short greedy
         generation of the calibration text through the engine itself (the drafter reads the
         target's hidden states, so it can only be calibrated inside the loop)."""
-        from specrepro.embedded.quant import QuantLinear, quantize_model
+        from specrepro.embedded.quant import QuantLinear, calibration_batches, quantize_model
         module = self.proposer
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"speculative.quantization=fp8_per_tensor: the {self.spec.method} "
@@ -586,7 +267,8 @@ class LLMEngine:
         # calibration must see every layer's own input: no fused passes (a drafter shared
         # with an engine built earlier may carry them)
         module.finalize(fuse=False)
-        batches = self._calibration_batches()
+        batches = calibration_batches(self.tokenizer, self.model.config.vocab_size,
+                                      self.device)
 
         def run(ids):
             n = min(192, self.config.max_model_len // 2)
@@ -625,7 +307,7 @@ class LLMEngine:
 
     def memory_bytes(self) -> int:
         """Weights (target + drafter) and the KV pool (target + drafter caches), in bytes."""
-        w = _weight_bytes(self.model)
+        w = weight_bytes(self.model)
         if self.proposer is not None:
             w += int(self.proposer.weight_bytes())
         return w + self.kv_pool_tokens * self.kv_bytes_per_token
@@ -802,8 +484,7 @@ class LLMEngine:
         drafts = spec_mod.Drafts(out["drafts"][:b], None, num if self._ragged else None)
         verified = spec_mod.Verified(out["logits"][:b], None, None, [])
         acc = spec_mod.accept(batch, drafts, verified)
-        return torch.cat([num[:, None], acc.num_accepted[:, None], drafts.tokens,
-                          acc.next_token[:, None]], dim=1).tolist()
+        return spec_mod.step_rows(drafts, acc)[1].tolist()
 
     def _decode_staged(self, seqs: list[_Sequence], k: int, params, all_greedy: bool) -> list:
         """The four stages one by one (spec.speculative_step): the CPU default, and sampled
@@ -815,11 +496,8 @@ class LLMEngine:
             return self._timed(self._forward, ids, pos, slots, layers, "all", end)
         drafts, acc = spec_mod.speculative_step(forward, self._timed_proposer(), batch, k,
                                                 self.spec.draft_sample_method)
-        num_drafts = (drafts.num_drafts if drafts.num_drafts is not None
-                      else torch.full_like(acc.num_accepted, k))
         # one transfer back: [B, k + 3] = (num_drafts, num_accepted, drafts..., next token)
-        return torch.cat([num_drafts[:, None], acc.num_accepted[:, None], drafts.tokens,
-                          acc.next_token[:, None]], dim=1).tolist()
+        return spec_mod.step_rows(drafts, acc)[1].tolist()
 
     def _timed_proposer(self):
         if self.proposer is None or not self.config.profile:

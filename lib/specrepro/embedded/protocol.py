@@ -5,7 +5,7 @@ Design:
   `parse_*` turns a request body into a `GenerationRequest`, or raises `APIError` naming the
   field, so the server answers vLLM's error JSON
   `{"error": {"message", "type": "BadRequestError", "param", "code": 400}}`.
-- Field names, defaults and checks follow vLLM 0.33.0 (ENGINE_FACTS §3): completions
+- Field names, defaults and checks follow vLLM 0.33.0's OpenAI server: completions
   `max_tokens` defaults to 16; chat `max_completion_tokens` (or the deprecated `max_tokens`)
   defaults to the rest of the context; `stream_options` needs `stream`; `top_k` 0 or -1 is off;
   `return_token_ids` adds the output's token ids; `n` must be 1 (the engine runs one sequence
@@ -269,7 +269,7 @@ class Usage:
                 "total_tokens": self.prompt_tokens + self.completion_tokens}
 
     def spec_metrics(self, num_spec_tokens: int) -> dict:
-        """vLLM's `metrics.speculative_decoding` summary (ENGINE_FACTS §3)."""
+        """vLLM's `metrics.speculative_decoding` summary (its per-request spec-decode metrics)."""
         steps, accepted, drafted = (self.num_spec_steps, self.num_accepted_draft_tokens,
                                     self.num_draft_tokens)
         return {"speculative_decoding": {

@@ -12,7 +12,8 @@ Design:
 - FP8 per tensor: E4M3 with one static scale amax / 448.
 - Static scales: weights from the weights (once, at swap time: the dequantized weight is
   stored in the model dtype, so only the activations are quantized per forward);
-  activation global scales from a calibration pass. NVFP4 activation block scales are
+  activation global scales from a calibration pass over a fixed text (`CALIBRATION_TEXT`,
+  the engine's calibration input for the NVFP4 target and the FP8 drafter). NVFP4 activation block scales are
   computed at run time per 16 elements of each row, as the hardware does: they are local
   to a token, so a request's output never depends on what else is in its batch.
 - Only torch here (`torch.float8_e4m3fn` does the E4M3 rounding); E2M1 has no torch cast
@@ -312,3 +313,31 @@ def describe_quantization(model: nn.Module) -> dict:
         "activation_amax": {n: float(m.act_amax) for n, m in layers.items()
                             if m.act_amax is not None},
     }
+
+# --------------------------------------------------------------------------- calibration input
+# A fixed text for the activation-scale calibration of quantized layers (NVFP4 target, FP8
+# drafter): some arithmetic, some code and some prose, like the model's training mix.
+CALIBRATION_TEXT = (
+    "Question: A baker makes 24 muffins in the morning and 18 in the afternoon. She sells 35 "
+    "of them and gives 2 to a neighbour. How many muffins are left?\nAnswer: She made 24 + 18 "
+    "= <<24+18=42>>42 muffins. She sold or gave away 35 + 2 = <<35+2=37>>37. So 42 - 37 = "
+    "<<42-37=5>>5 muffins are left.\n#### 5\n\n"
+    "def moving_average(values, window):\n    \"\"\"Return the mean of each window of values.\"\"\"\n"
+    "    if window <= 0:\n        raise ValueError('window must be positive')\n    out = []\n"
+    "    for i in range(len(values) - window + 1):\n        out.append(sum(values[i:i + window])"
+    " / window)\n    return out\n\n"
+    "The river rises in the hills to the north of the town and flows south through a wide "
+    "valley of farms and orchards . In the nineteenth century a canal was cut beside it , and "
+    "the mills that grew along its banks employed most of the people of the district .\n"
+)
+
+
+def calibration_batches(tokenizer, vocab: int, device) -> list[torch.Tensor]:
+    """The activation-scale calibration input: CALIBRATION_TEXT's token ids below `vocab`, as
+    one [1, n] int64 batch."""
+    if tokenizer is not None:
+        ids = [i for i in tokenizer.encode(CALIBRATION_TEXT) if i < vocab]
+    else:  # a bare model in tests: a fixed pseudo-random sequence stands in for text
+        g = torch.Generator().manual_seed(1234)
+        ids = torch.randint(0, vocab, (256,), generator=g).tolist()
+    return [torch.tensor([ids], dtype=torch.int64, device=device)]

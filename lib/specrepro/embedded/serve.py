@@ -54,6 +54,7 @@ from specrepro.embedded.protocol import (
     parse_completion,
 )
 from specrepro.embedded.server_metrics import ServerMetrics
+from specrepro.speculative import add_server_flags
 
 log = logging.getLogger("specrepro.embedded.serve")
 
@@ -451,53 +452,10 @@ def _cache_info(engine, max_model_len: int) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- command line
 
-def _length(text: str) -> int:
-    """vLLM's --max-model-len syntax: 4096, 4k (x1000), 4K (x1024)."""
-    scale = {"k": 1000, "K": 1024, "m": 10**6, "M": 2**20}.get(text[-1:], 1)
-    try:
-        return int(float(text[:-1] if scale > 1 else text) * scale)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a length: {text!r}") from None
-
-
-def _json_object(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return {k.replace("-", "_"): v for k, v in value.items()}  # vLLM accepts dashed keys
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specrepro serve",
                                 description="The embedded engine's OpenAI-compatible server.")
-    p.add_argument("--model", required=True, help="checkpoint directory")
-    p.add_argument("--served-model-name", default=None, help="model id (default: --model)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    p.add_argument("--quantization", choices=("none", "nvfp4"), default="none")
-    p.add_argument("--max-num-seqs", type=int, default=8)
-    p.add_argument("--max-model-len", type=_length, default=4096)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512)
-    p.add_argument("--kv-cache-memory-bytes", type=int, default=None)
-    p.add_argument("--speculative-config", "-sc", type=_json_object, default=None)
-    p.add_argument("--max-waiting", type=int, default=256,
-                   help="waiting-queue bound; a request past it gets 503")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: 1 on --device cpu, where the tiny model's "
-                        "kernels are microseconds long and OpenMP waits cost more than a "
-                        "second thread saves; torch's default on cuda)")
-    p.add_argument("--log-file", default=None)
-    p.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary"),
-                   default="none", help="add metrics.speculative_decoding to responses")
-    p.add_argument("--default-chat-template-kwargs", type=_json_object, default=None)
-    return p
+    return add_server_flags(p)  # the flags as data: specrepro.speculative.SERVER_FLAGS
 
 
 def setup_logging(log_file: str | None) -> None:
@@ -516,7 +474,8 @@ def setup_logging(log_file: str | None) -> None:
 
 
 def build_engine(args):
-    from specrepro.embedded.engine import EngineConfig, LLMEngine
+    from specrepro.embedded.config import EngineConfig
+    from specrepro.embedded.engine import LLMEngine
 
     return LLMEngine(EngineConfig(
         model_dir=args.model, device=args.device, dtype=args.dtype,

@@ -9,7 +9,7 @@ Design:
   as aborted.
 - Latency histograms are observed by the engine thread as outputs arrive: TTFT from the
   request's arrival, inter-token latency once per engine step that gave the request tokens
-  (vLLM's per-step ITL, ENGINE_FACTS §2), end-to-end latency at the finish. Buckets are vLLM's.
+  (vLLM's ITL is per step, not per token), end-to-end latency at the finish. Buckets are vLLM's.
 - Every sample carries `model_name` and `engine` ("0", vLLM's engine index).
 - `vllm:cache_config_info` is a gauge fixed at 1 whose labels describe the KV pool; the
   embedded engine keeps one contiguous row per slot, so its block is one token and

@@ -8,8 +8,8 @@ Design:
   drafts, greedy acceptance (leading drafts equal to the target's argmax), the
   proposer `observe`s the whole chunk and rolls back by length. Generation stops
   at end of text (or `max_new`), so repetition past a document's end cannot
-  inflate acceptance (EMBEDDED_NOTES lesson 4); the share of repeated 4-grams of
-  the outputs stands beside every figure.
+  inflate acceptance (repeated text is easy to draft); the share of repeated
+  4-grams of the outputs stands beside every figure.
 - Prompts: math = held-out GSM8K test questions ("Question: …\\nAnswer:"), code =
   the opening tokens of held-out standard-library files, prose = windows of
   held-out WikiText articles.
@@ -33,14 +33,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from specrepro.embedded.corpus import Document
-from specrepro.embedded.drafters import Proposer
 from specrepro.embedded.model import Qwen3Model
+from specrepro.embedded.proposers import Proposer
 from specrepro.embedded.sampling import SamplingParams, make_generator, sample, verify_sampled, warp
 from specrepro.embedded.tokenizer import Tokenizer
+from specrepro.embedded.training.corpus import DOMAINS, Document
 from specrepro.metrics import pooled_repeated_ngram_share
-
-DOMAINS = ("math", "code", "prose")
 
 
 @dataclass

@@ -15,8 +15,10 @@ Design:
           "paragraphs" (every paragraph, a heading joined to the paragraph after
           it). Smaller units put an end-of-text after every few hundred tokens of
           prose, so the target learns to end prose instead of looping past its
-          end (EMBEDDED_NOTES lesson 4). Held-out assignment stays per article, so
-          every unit of a held-out article is held out in all three modes.
+          end (greedy prose that never meets an end-of-text repeats itself, and
+          repetition is easy to draft: it inflates acceptance). Held-out
+          assignment stays per article, so every unit of a held-out article is
+          held out in all three modes.
 - Documents are written one JSON object a line (`domain`, `split`, `source`,
   `text`) to a single file, with `<file>.json` beside it holding its sha256, the
   Python version (the standard library differs between versions: build once,
@@ -24,6 +26,9 @@ Design:
   end-of-text token so the model learns to end a document.
 - Reading the datasets goes through `specrepro.data` (imported inside the builder,
   so training on the GPU box needs only the written file).
+- Command: `python -m specrepro.embedded.training.corpus --out FILE [--prose-docs UNIT]`.
+  This module imports the standard library only (the package's `__init__` imports
+  nothing), so building the corpus needs no torch.
 """
 
 from __future__ import annotations
@@ -199,14 +204,14 @@ def split_docs(docs: list[Document], split: str, domain: str | None = None) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specrepro.embedded.corpus",
+    ap = argparse.ArgumentParser(prog="python -m specrepro.embedded.training.corpus",
                                  description="build the embedded model's training corpus")
     ap.add_argument("--out", required=True, help="corpus file to write (JSON lines)")
     ap.add_argument("--data-dir", default=None, help="default: $SPECREPRO_DATA_DIR")
     ap.add_argument("--code-chars", type=int, default=6_000_000)
     ap.add_argument("--prose-docs", choices=PROSE_DOCS, default="articles",
                     help="prose document unit (default: articles, the shipped corpus);"
-                         " train.py's recipe v2 wants sections")
+                         " recipes.py's recipe v2 wants sections")
     args = ap.parse_args(argv)
     docs = build_corpus(args.data_dir, args.code_chars, prose_docs=args.prose_docs)
     options = None if args.prose_docs == "articles" else {"prose_docs": args.prose_docs}
