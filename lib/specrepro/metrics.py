@@ -1,4 +1,4 @@
-"""Every metric of the suite, defined once (DESIGN.md, "Metrics, defined once").
+"""Every metric of the suite, defined once (docs/design.md, "Metrics, defined once").
 
 The harness computes cell figures with these functions and the analysis
 recomputes derived figures with the same ones, so a definition never drifts
@@ -77,8 +77,8 @@ def roofline_tok_s(accept_len: float, bandwidth_bytes_s: float, bytes_per_step: 
 def repeated_ngram_share(tokens: Sequence, n: int = 4) -> float | None:
     """Share of n-grams in a sequence that occurred earlier in the same sequence.
 
-    Repetition is easy to draft and inflates acceptance (EMBEDDED_NOTES.md
-    lesson 4, article B's ignore_eos warning), so every acceptance figure has
+    Repetition is easy to draft and inflates acceptance (docs/embedded-model.md,
+    "Recipe lessons", item 4; article B's ignore_eos warning), so every acceptance figure has
     this beside it. `tokens` may be token ids or words; None when the sequence
     has no n-gram.
     """

@@ -1,0 +1,148 @@
+"""The boundaries of docs/architecture.md, held by reading every module's imports.
+
+Each package of `lib/specrepro` may import only the project modules its row allows (every
+import counts: top-level, inside functions, `from x import y`), and the embedded engine none
+of the suite's data libraries, since the GPU machine that runs it lacks them. A crossing
+fails with the module, the line and the rule it breaks.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parents[1] / "lib"
+PKG = LIB / "specrepro"
+
+# Layers, by module path prefix (longest match wins), and the project modules each may
+# import. `specrepro` alone (the package's __version__) is always allowed.
+SHARED = ("specrepro.speculative", "specrepro.metrics", "specrepro.identity", "specrepro.data")
+RULES: dict[str, tuple[str, ...]] = {
+    # an engine, like vLLM: could be split out of the project
+    "specrepro.embedded": ("specrepro.embedded", "specrepro.speculative", "specrepro.metrics",
+                           "specrepro.data"),
+    # reaches engines over HTTP (the embedded one as a process), never their internals
+    "specrepro.harness": ("specrepro.harness", "specrepro.params", "specrepro.results",
+                          "specrepro.workloads", "specrepro.grading", *SHARED),
+    # reads results tables only: never an engine, never the harness
+    "specrepro.analysis": ("specrepro.analysis", "specrepro.params", "specrepro.results",
+                           "specrepro.published", *SHARED),
+    # measuring above analysis: decides replay or run and calls the harness
+    "specrepro.pipeline": ("specrepro.pipeline", "specrepro.harness", "specrepro.analysis",
+                           "specrepro.params", "specrepro.results", *SHARED),
+    # a gate names a column of the results tables
+    "specrepro.params": ("specrepro.params", "specrepro.results", *SHARED),
+    "specrepro.results": ("specrepro.results", *SHARED),
+    "specrepro.workloads": ("specrepro.workloads", *SHARED),
+    "specrepro.grading": ("specrepro.grading",),
+    "specrepro.published": ("specrepro.published",),
+    "specrepro.speculative": (),
+    "specrepro.identity": (),
+    "specrepro.metrics": (),
+    "specrepro.data": (),
+    # the command-line dispatcher imports each subcommand's module lazily
+    "specrepro.cli": ("specrepro",),
+}
+# Libraries the embedded engine must never import (the H200 image that trains and serves it
+# has none of them).
+EMBEDDED_FORBIDDEN = ("polars", "papermill", "datasets", "pydantic", "pandas", "nbconvert",
+                      "seaborn", "matplotlib")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(LIB).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported module) for every import statement of a file, relative ones resolved."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            if base == "specrepro":  # `from specrepro import x`: x is a module (or __version__)
+                out += [(node.lineno, f"specrepro.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, base))
+    return out
+
+
+def rule_for(module: str) -> tuple[str, tuple[str, ...]]:
+    if module == "specrepro":  # the package's __init__: its version, nothing else
+        return module, ()
+    layer = max((k for k in RULES if module == k or module.startswith(k + ".")), key=len,
+                default=None)
+    if layer is None:
+        raise AssertionError(f"{module}: no boundary rule covers it; add its layer to RULES "
+                             "here and to docs/architecture.md")
+    return layer, RULES[layer]
+
+
+def within(name: str, allowed: tuple[str, ...]) -> bool:
+    return any(name == a or name.startswith(a + ".") for a in allowed)
+
+
+def crossings(files: list[Path]) -> list[str]:
+    bad = []
+    for path in files:
+        module = module_name(path)
+        layer, allowed = rule_for(module)
+        for line, name in imports(path):
+            rel = path.relative_to(LIB.parent)
+            if name.startswith("specrepro.") and name != "specrepro.__version__":
+                if not within(name, allowed):
+                    bad.append(f"{rel}:{line}: {module} imports {name}; the {layer} layer may "
+                               f"import only {', '.join(allowed) or 'no project module'}")
+            elif layer == "specrepro.embedded" and name.split(".")[0] in EMBEDDED_FORBIDDEN:
+                bad.append(f"{rel}:{line}: {module} imports {name}; the embedded engine must "
+                           f"not import {', '.join(EMBEDDED_FORBIDDEN)}")
+    return bad
+
+
+def project_files() -> list[Path]:
+    return sorted(PKG.rglob("*.py"))
+
+
+def test_every_module_keeps_its_layer_boundary():
+    bad = crossings(project_files())
+    assert not bad, "boundary crossed:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("layer, body, words", [
+    ("analysis", "from specrepro.harness.runner import run_study\n", "imports specrepro.harness.runner;"),
+    ("analysis", "def f():\n    from specrepro.embedded import model\n", "imports specrepro.embedded;"),
+    ("analysis", "from specrepro import pipeline\n", "imports specrepro.pipeline;"),
+    ("embedded", "import polars as pl\n", "must not import polars"),
+    ("embedded", "from specrepro.harness import engines\n", "imports specrepro.harness;"),
+    ("harness", "from specrepro.embedded.engine import LLMEngine\n", "imports specrepro.embedded.engine;"),
+    ("params", "from specrepro import harness\n", "imports specrepro.harness;"),
+])
+def test_a_crossing_is_caught_and_named(tmp_path, monkeypatch, layer, body, words):
+    """The checker itself: a planted import in a layer's package fails with its file."""
+    fake_lib = tmp_path / "lib"
+    target = fake_lib / "specrepro" / layer / "planted.py"
+    target.parent.mkdir(parents=True)
+    target.write_text(body)
+    monkeypatch.setattr(__import__(__name__), "LIB", fake_lib)
+    bad = crossings([target])
+    assert len(bad) == 1 and words in bad[0] and "planted.py" in bad[0], bad
+
+
+def test_relative_imports_are_resolved(tmp_path, monkeypatch):
+    fake_lib = tmp_path / "lib"
+    target = fake_lib / "specrepro" / "analysis" / "planted.py"
+    target.parent.mkdir(parents=True)
+    target.write_text("from ..harness import runner\nfrom . import tables\n")
+    monkeypatch.setattr(__import__(__name__), "LIB", fake_lib)
+    assert [name for _, name in imports(target)] == ["specrepro.harness", "specrepro.analysis"]
