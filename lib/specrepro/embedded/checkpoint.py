@@ -161,7 +161,8 @@ def load_proposer(directory: str | Path, method: str, target: Qwen3Model, device
 def _trunk_state(directory, cfg: DrafterConfig, cfg_path: Path,
                  keys: list[str]) -> dict[str, torch.Tensor]:
     """The tensors a light block drafter borrows from its trunk drafter's file, after checking
-    that the trunk is a block drafter of the same shape (context layers, block, width)."""
+    that the trunk is a block drafter of the same shape and layout (context layers, block,
+    mask, width)."""
     name = cfg.trunk["drafter"]
     tpath = Path(directory) / name / "config.json"
     if not tpath.is_file():
@@ -172,6 +173,8 @@ def _trunk_state(directory, cfg: DrafterConfig, cfg_path: Path,
         ("method", "dflash", tcfg.method),
         ("target_layers", cfg.target_layers, tcfg.target_layers),
         ("block_size", cfg.block_size, tcfg.block_size),
+        ("block", cfg.block, tcfg.block),
+        ("mask_token_id", cfg.mask_token_id, tcfg.mask_token_id),
         ("trunk.intermediate_size", cfg.trunk["intermediate_size"], tcfg.intermediate_size))
         if mine != theirs]
     if cfg.trunk["layers"] > tcfg.num_hidden_layers:

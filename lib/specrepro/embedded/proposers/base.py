@@ -58,16 +58,35 @@ class DrafterConfig:
     # draft_model only: its own small model (a Hugging Face Qwen3 config).
     draft: dict = field(default_factory=dict)
     # dflash only: {"drafter": name, "layers": L, "intermediate_size": m}: the first L layers
-    # (MLP m wide), `fc`, `hidden_norm` and `mask_embedding` are those of the stored block
-    # drafter `name`; this drafter's own layers run after them.
+    # (MLP m wide), `fc`, `hidden_norm` and `mask_embedding` (when it has one) are those of the
+    # stored block drafter `name`; this drafter's own layers run after them.
     trunk: dict = field(default_factory=dict)
+    # dflash only, the layout (proposers/dflash.py): the mask is the drafter's own learned
+    # `mask_embedding` (None) or the frozen row of the target's embedding at this token id
+    # (the engines' layout, docs/engine-layouts.md)
+    mask_token_id: int | None = None
+    # dflash only: "fixed" (trained at block_size; k < block_size drafts run that block and
+    # keep the first k) or "engine" (k drafts are a block of 1 + k, as vLLM and SGLang run it;
+    # trained over random block lengths 2..block_size)
+    block: str = "fixed"
 
     TRUNK_KEYS = ("drafter", "layers", "intermediate_size")
+    BLOCKS = ("fixed", "engine")
 
     def __post_init__(self):
         if self.method not in MODEL_METHODS:
             raise ValueError(f"drafter method {self.method!r} not in {MODEL_METHODS}")
         self.target_layers = tuple(int(i) for i in self.target_layers)
+        if self.block not in self.BLOCKS:
+            raise ValueError(f"drafter config 'block' must be one of {self.BLOCKS}, "
+                             f"got {self.block!r}")
+        m = self.mask_token_id
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 0):
+            raise ValueError(f"drafter config 'mask_token_id' must be a token id >= 0 or null,"
+                             f" got {m!r}")
+        if self.method != "dflash" and (m is not None or self.block != "fixed"):
+            raise ValueError(f"drafter config 'mask_token_id'/'block': only a dflash drafter"
+                             f" has them, not {self.method!r}")
         if self.trunk:
             if self.method != "dflash":
                 raise ValueError(f"drafter config 'trunk': only a dflash drafter has one, "
@@ -95,8 +114,11 @@ class DrafterConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["target_layers"] = list(self.target_layers)
-        if not d["trunk"]:  # drafters without one keep the configs stored before trunks
-            del d["trunk"]
+        # keys at their defaults are left out, so a drafter of today's layout is stored as
+        # before the keys existed
+        for key, default in (("trunk", {}), ("mask_token_id", None), ("block", "fixed")):
+            if d[key] == default:
+                del d[key]
         return d
 
     def layer_config(self, target: ModelConfig) -> ModelConfig:

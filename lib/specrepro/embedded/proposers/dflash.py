@@ -4,13 +4,27 @@ conditioned on the target's hidden states injected as extra keys and values.
 Design:
 - Target hidden states of several depths (`target_layers`), concatenated and projected
   (`fc`, `hidden_norm`), are injected as extra keys and values in every drafter layer; the
-  block is the last real token plus mask positions, filled in one bidirectional pass;
-  trained at `block_size` (8). At k <= block_size-1 it runs the trained block and keeps the
-  first k drafts (so k drafts are a prefix of k+1 drafts); at k >= block_size the block
-  grows past its training.
+  block is the last real token plus mask positions, filled in one bidirectional pass.
+- Two layouts, chosen by the config (`DrafterConfig.mask_token_id`, `.block`); the computation
+  of a layer is the same in both (docs/engine-layouts.md §5: it matches vLLM's
+  `qwen3_dflash.py` and SGLang's `models/dflash.py`):
+  - today's (the default, the shipped `dflash` and `dflash_light`): the mask is the drafter's
+    own learned `mask_embedding` [D]; the block is trained at `block_size` (8) and at
+    k <= block_size-1 drafts the trained block runs and the first k are kept (so k drafts are a
+    prefix of k+1 drafts); at k >= block_size the block grows past its training.
+  - the engines' (`mask_token_id` set, `block: "engine"`), the layout vLLM 0.26.0 and SGLang
+    0.5.14 load and run (docs/engine-layouts.md §1, §2): their loaders have no mask tensor
+    (SGLang drops any unknown name; vLLM reads a mask only from a separate `mask_embedding.pt`),
+    so the mask is the frozen row of the target's embedding at `mask_token_id`, a token the
+    vocabulary has (`<|im_start|>`), and the drafter has no mask parameter; and their block at
+    k drafts is 1 + k positions (vLLM `num_query_per_req = 1 + num_speculative_tokens`, SGLang
+    `--speculative-dflash-block-size k+1`), so the drafter is trained over a random block
+    length 2..block_size per training sequence (`training_loss`'s `block_lens`) and runs 1 + k
+    positions at any k, past block_size-1 too. With the engines' target layer ids (<= L-2, which
+    SGLang can capture) and one `intermediate_size`, the same weights run in all three engines.
 - A light drafter on a trunk (`DrafterConfig.trunk`): its first layers, `fc`, `hidden_norm`
-  and `mask_embedding` are a stored block drafter's, frozen and read from that drafter's
-  file; its own layers run after them (`trunk_names`, `init_from_trunk`).
+  and `mask_embedding` (today's layout) are a stored block drafter's, frozen and read from that
+  drafter's file; its own layers run after them (`trunk_names`, `init_from_trunk`).
 - At inference: since every layer's context keys and values come from the same context
   features, they live in one stacked cache [L, slots, KV, T+block, hd]; `observe` projects
   all layers with one joined weight (`finalize`) and one scatter, and `propose` gathers
@@ -19,7 +33,9 @@ Design:
   same drafts; the per-layer passes stay for training, fake-quantized layers and blocks
   past the free tail. On the H200 (CUDA graphs, where each small kernel costs its launch)
   this took the light drafter's k=7 step from 2.03 to 1.75 ms
-  (docs/bench/engine-h200-fused-2026-12-01.txt).
+  (docs/bench/engine-h200-fused-2026-12-01.txt). `propose` reads nothing back to the host
+  with `static_bound` (its shapes depend on (batch, k) only: the block is fixed per k in both
+  layouts), so the engine's static decode program (graphs.py) captures it.
 """
 
 from __future__ import annotations
@@ -121,7 +137,13 @@ class BlockDrafter(Proposer):
         self.layers = nn.ModuleList(
             trunk + [BlockLayer(self.layer_cfg) for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(d, target_cfg.rms_norm_eps)
-        self.mask_embedding = nn.Parameter(torch.zeros(d))
+        self.engine_block = cfg.block == "engine"  # k drafts: a block of 1 + k
+        self.mask_token_id = cfg.mask_token_id
+        if self.mask_token_id is None:  # today's layout: a learned mask [D]
+            self.mask_embedding = nn.Parameter(torch.zeros(d))
+        elif not self.mask_token_id < target_cfg.vocab_size:
+            raise ValueError(f"mask_token_id {self.mask_token_id} is outside the target's "
+                             f"vocabulary ({target_cfg.vocab_size} tokens)")
         self.shared = SharedTarget(target)
         # finalize(): the joined context K/V weight [L*2*KV*hd, D], the stacked key-norm
         # weights [L, hd] and what they were joined from; plain tensors, never saved
@@ -166,6 +188,9 @@ class BlockDrafter(Proposer):
 
     def _blocks(self, anchor_tokens, n):
         # anchor_tokens: [B, nb] -> [B, nb, n, D]: the real token, then n-1 mask embeddings
+        if self.mask_token_id is not None:  # the engines': ids [B, nb, n] = [anchor, mask...]
+            masks = anchor_tokens.new_full((*anchor_tokens.shape, n - 1), self.mask_token_id)
+            return self.shared.embed(torch.cat([anchor_tokens[..., None], masks], -1))
         emb = self.shared.embed(anchor_tokens)  # [B, nb, D]
         masks = self.mask_embedding.to(emb.dtype).expand(*anchor_tokens.shape, n - 1, emb.shape[-1])
         return torch.cat([emb[:, :, None], masks], 2)
@@ -177,10 +202,14 @@ class BlockDrafter(Proposer):
             x = layer(x, cos, sin, ck, cv, mask)
         return self.shared.lm_head(self.norm(x[:, logits_at]))
 
-    def training_loss(self, tokens, labels, hidden, anchors, **_):
-        """tokens, labels [B, T]; hidden: one [B, T, D] per target layer; anchors [B, nb]
-        positions in [1, T-block_size+1]. Block b reads context positions < anchor_b
-        (the anchor token itself has no target hidden state at inference)."""
+    def block_logits(self, tokens, hidden, anchors, block_lens=None):
+        """tokens [B, T]; hidden: one [B, T, D] per target layer; anchors [B, nb] positions in
+        [1, T-block_size+1]; block_lens [B] or None: the engine block's length per sequence
+        (2..block_size; None: every block block_size long). -> logits [B, nb, n-1, V] of the
+        draft positions 1..n-1 of each block, n = block_size. Block b reads context positions
+        < anchor_b (the anchor token itself has no target hidden state at inference). A block
+        shorter than n is computed as n positions whose keys past its length are masked out:
+        its real positions see exactly what a block of its length sees at inference."""
         B, T = tokens.shape
         n, nb, dev = self.block_size, anchors.shape[1], tokens.device
         ctx = self.context(hidden)
@@ -194,10 +223,22 @@ class BlockDrafter(Proposer):
         blk = torch.arange(nb, device=dev).repeat_interleave(n)  # block id of each query
         ctx_mask = ctx_pos[:, None, :] < anchors.repeat_interleave(n, 1)[:, :, None]  # [B,Q,T]
         blk_mask = (blk[:, None] == blk[None, :]).expand(B, -1, -1)  # [B, Q, Q]
+        if block_lens is not None:  # a key past its block's length is no key
+            blk_mask = blk_mask & (offs.repeat(nb)[None, None, :] < block_lens[:, None, None])
         mask = torch.cat([ctx_mask, blk_mask], -1)[:, None]
-        logits = self.run_layers(x, cos, sin, ctx_kv, mask).view(B, nb, n, -1)[:, :, 1:]
+        return self.run_layers(x, cos, sin, ctx_kv, mask).view(B, nb, n, -1)[:, :, 1:]
+
+    def training_loss(self, tokens, labels, hidden, anchors, block_lens=None, **_):
+        """tokens, labels [B, T]; hidden, anchors, block_lens as in `block_logits` (block_lens
+        only for the engine block: the training loop draws it, 2..block_size per sequence).
+        Returns (loss, per-position loss [n-1]); drafts past a block's length are no labels."""
+        B, n, nb, dev = tokens.shape[0], self.block_size, anchors.shape[1], tokens.device
+        logits = self.block_logits(tokens, hidden, anchors, block_lens)  # [B, nb, n-1, V]
+        offs = torch.arange(n, device=dev)
         # Draft j (1..n-1) of a block at anchor a is the token at a+j: label index a+j-1.
         tgt = labels.gather(1, (anchors[:, :, None] + offs[:-1]).reshape(B, -1)).view(B, nb, n - 1)
+        if block_lens is not None:
+            tgt = tgt.masked_fill(offs[1:][None, None, :] >= block_lens[:, None, None], -100)
         ce = F.cross_entropy(logits.flatten(0, 2).float(), tgt.flatten(), ignore_index=-100,
                              reduction="none").view(B, nb, n - 1)
         valid = (tgt != -100).float()
@@ -275,7 +316,9 @@ class BlockDrafter(Proposer):
 
     @torch.no_grad()
     def propose(self, slots, context_len, last_token, k, sample=None):
-        n = max(k + 1, self.block_size)  # truncate below the trained block, extend above
+        # the block: 1 + k positions (the engines'), or the trained block truncated to k
+        # drafts below it and extended above (today's); fixed per k either way
+        n = k + 1 if self.engine_block else max(k + 1, self.block_size)
         dev = last_token.device
         # context span: the whole row when static (the mask hides positions >= context_len)
         C = self.ctx_len if self.static_bound else int(context_len.max())

@@ -101,7 +101,8 @@ def parse_args(argv):
 
 
 def resolve_recipe(args) -> Recipe:
-    r = RECIPES[SMOKE_OF.get(args.recipe, "smoke") if args.smoke else args.recipe]
+    smoke = SMOKE_OF.get(args.recipe, args.recipe if args.recipe.startswith("smoke") else "smoke")
+    r = RECIPES[smoke if args.smoke else args.recipe]
     for item in args.set:
         key, _, val = item.partition("=")
         if key not in Recipe.__dataclass_fields__:

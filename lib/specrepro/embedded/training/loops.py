@@ -18,7 +18,9 @@ Design (the steps after the corpus and tokenizer; `cli.py` runs them in order):
   (`distill_mix`, recipe v2), each temperature with its own seeded device generator.
 - Drafters: all trained together on the same batches; one frozen target pass per batch
   gives the hidden states they read and the labels (the target's argmax after every
-  position). A drafter on a trunk starts from the stored trunk drafter's weights, frozen.
+  position). A drafter on a trunk starts from the stored trunk drafter's weights, frozen. A
+  block drafter with the engines' block (`block: "engine"`) is trained at a random block
+  length per sequence, 2..block_size, since the engines run 1 + k positions at k drafts.
   With a time budget the step rate is timed at steps 10-40 and the step count cut to fit.
 - `torch.compile` failures fall back to eager (`maybe_compile`): a compiler bug must not
   lose a run.
@@ -257,8 +259,12 @@ def train_drafters(target: Qwen3Model, seqs: torch.Tensor, r: Recipe, device, ge
     amp = bf16_autocast(device)
     P, T = r.prompt_len, seqs.shape[1]
     block = max((p.block_size for p in props.values() if p.method == "dflash"), default=2)
+    # block drafters with the engines' block learn every length they will run: one random
+    # length 2..block per training sequence (drawn only when one trains, so the other recipes
+    # draw the random numbers they always did)
+    engine_blocks = any(getattr(p, "engine_block", False) for p in props.values())
 
-    def losses_fn(seq, anchors):
+    def losses_fn(seq, anchors, block_lens):
         with torch.no_grad(), amp:
             out = target(seq, hidden_layers=layers)
         labels = out.logits.argmax(-1)  # the target's greedy token for position i+1
@@ -271,8 +277,10 @@ def train_drafters(target: Qwen3Model, seqs: torch.Tensor, r: Recipe, device, ge
         with amp:
             for name, prop in props.items():
                 lab = labels if prop.method == "draft_model" else cont_labels
+                extra = ({"block_lens": block_lens.clamp(max=prop.block_size)}
+                         if getattr(prop, "engine_block", False) else {})
                 res[name] = prop.training_loss(seq, lab, [hid[i % L] for i in prop.target_layers],
-                                               anchors=anchors)
+                                               anchors=anchors, **extra)
         return res
 
     step_fn = maybe_compile(losses_fn, compile_, log)
@@ -295,9 +303,11 @@ def train_drafters(target: Qwen3Model, seqs: torch.Tensor, r: Recipe, device, ge
         idx = torch.randint(0, len(seqs), (r.drafter_batch,), generator=gen).to(seqs.device)
         anchors = torch.randint(P - 1, T - block + 2, (r.drafter_batch, r.anchors),
                                 generator=gen).to(seqs.device)
+        block_lens = (torch.randint(2, block + 1, (r.drafter_batch,), generator=gen).to(seqs.device)
+                      if engine_blocks else None)  # [drafter_batch]
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, total, r.drafter_lr, r.warmup)
-        res = step_fn(seqs[idx], anchors)
+        res = step_fn(seqs[idx], anchors, block_lens)
         loss = sum(v[0] for v in res.values())
         opt.zero_grad(set_to_none=True)
         loss.backward()

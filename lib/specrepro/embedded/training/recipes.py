@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from specrepro.embedded.tokenizer import IM_START, SPECIAL_TOKENS
+
 
 @dataclass
 class Recipe:
@@ -174,10 +176,14 @@ RECIPES["v3"] = replace(RECIPES["v2-deep"], name="v3", drafter_batch=128, time_b
 LIGHT_QUALITY = dict(block_ks=(3, 5, 7), mtp_ks=(), draft_model_ks=(), **SAMPLED_QUALITY)
 
 
-def light_drafter(layers: int) -> dict:
-    return dict(method="dflash", num_hidden_layers=1, intermediate_size=256,
-                target_layers=[1, 3, 5],
-                trunk={"drafter": "dflash", "layers": layers, "intermediate_size": 384})
+def light_drafter(layers: int, width: int = 256, trunk_width: int = 384, **layout) -> dict:
+    """A light block drafter on the first `layers` of the stored `dflash` (trunk_width wide),
+    plus one own layer `width` wide; `width=trunk_width` gives every layer one
+    intermediate_size (the engines' layout); `layout`: other DrafterConfig fields."""
+    return dict(dict(method="dflash", num_hidden_layers=1, intermediate_size=width,
+                     target_layers=[1, 3, 5],
+                     trunk={"drafter": "dflash", "layers": layers,
+                            "intermediate_size": trunk_width}), **layout)
 
 
 RECIPES["light-sweep"] = replace(
@@ -193,9 +199,44 @@ RECIPES["smoke-light"] = replace(
                                           "intermediate_size": 128})},
     quality={**RECIPES["smoke-v2"].quality, "mtp_ks": (), "draft_model_ks": (),
              "sampled_mtp_ks": (), "sampled_draft_model_ks": ()})
+# The engines' layout (docs/engine-layouts.md §5, issue 14): block drafters vLLM 0.26.0 and
+# SGLang 0.5.14 load and run as the embedded engine does. The mask is the frozen target
+# embedding row of `<|im_start|>` (id 1: train_bpe gives SPECIAL_TOKENS the first ids in order,
+# and models/embedded/tokenizer.json agrees), k drafts are a block of 1 + k (trained over
+# random lengths 2..8), the target layer ids are ones SGLang can capture (<= L-2: the last
+# block's output is never captured), and every layer has one intermediate_size.
+MASK_TOKEN_ID = SPECIAL_TOKENS.index(IM_START)
+ENGINE_LAYOUT = dict(mask_token_id=MASK_TOKEN_ID, block="engine")
+# Not yet trained (the H200 retrain): v3's block drafter (6 x 384) in the engines' layout on
+# target layers 1, 2, 4 of 6 (or 0, 2, 4: pick on the validation split), and its light
+# drafter with the own layer at the trunk's width (384: 0.98M parameters, 1.97 MB bf16, which
+# the checkpoint's size budget must allow; the 256-wide one was 1.38 MB).
+ENGINE_TARGET_LAYERS = [1, 2, 4]
+RECIPES["engine-layout"] = replace(
+    RECIPES["v3"], name="engine-layout",
+    drafters={**DRAFTERS_V2_DEEP, "dflash": dict(DRAFTERS_V2_DEEP["dflash"],
+                                                 target_layers=ENGINE_TARGET_LAYERS, **ENGINE_LAYOUT)},
+    quality={**RECIPES["v3"].quality, "block_ks": (1, 2, 3, 4, 5, 6, 7, 9)})
+RECIPES["light-engine-layout"] = replace(
+    RECIPES["light"], name="light-engine-layout",
+    drafters={"dflash_light": light_drafter(3, width=384, target_layers=ENGINE_TARGET_LAYERS,
+                                            **ENGINE_LAYOUT)})
+# The smoke-sized engine layout (CPU, ~20 s on 2 cores): a 6-layer smoke target so the ids
+# are the full-size ones' shape (0, 2, 4: <= L-2), the block drafter in the engines' layout
+# beside the MTP head (the headline's ratio), acceptance at k = 1, 3, 5, 7 and 9 (past
+# training); more steps than `smoke` so the drafter gets past its start (whose residual stream
+# is the mask token's own embedding, which the target's tied head maps back to that token).
+RECIPES["smoke-engine-layout"] = replace(
+    RECIPES["smoke"], name="smoke-engine-layout", target_steps=120, warmup=10,
+    n_continuations=128, drafter_steps=200,
+    target={**RECIPES["smoke"].target, "num_hidden_layers": 6},
+    drafters={"mtp": RECIPES["smoke"].drafters["mtp"],
+              "dflash": dict(RECIPES["smoke"].drafters["dflash"], target_layers=[0, 2, 4],
+                             **ENGINE_LAYOUT)},
+    quality={**RECIPES["smoke"].quality, "block_ks": (1, 3, 5, 7, 9), "draft_model_ks": ()})
 # --smoke with --recipe NAME: its smoke-sized variant
 SMOKE_OF = {"v2": "smoke-v2", "v2-deep": "smoke-v2", "v3": "smoke-v2", "light": "smoke-light",
-            "light-sweep": "smoke-light"}
+            "light-sweep": "smoke-light", "engine-layout": "smoke-engine-layout"}
 
 
 def greedy_only(r: Recipe) -> bool:
