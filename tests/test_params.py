@@ -1,4 +1,4 @@
-"""params.py: wrong keys and values fail naming file and key; include and override merging;
+"""params/: wrong keys and values fail naming file and key; include and override merging;
 every shipped params file validates and resolves."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Design:
   validated when the params load; nothing here invents a threshold.
 - A gate reads one column of the cells table at one arm x workload x concurrency (repeats
   averaged); a `relative_pct` gate compares it with the reference arm's value at the same
-  level, as metrics.relative_change_pct. `Gate.passes` (params.py) decides.
+  level, as metrics.relative_change_pct. `Gate.passes` (params/schema.py) decides.
 - A gate whose cell was not measured, or whose column is empty (no NVML on a CPU, say),
   is `not measured`, never a pass.
 """
