@@ -69,6 +69,26 @@ def random_prompts(n: int, seed: int) -> list[list[int]]:
     return out
 
 
+
+def decode_program_without_host_reads(eng, k: int, monkeypatch) -> dict:
+    """Run an engine's static decode program (graphs.py) at batch bucket 4 with every host
+    read of a tensor forbidden (a CUDA graph cannot hold one); returns its outputs."""
+    import torch
+
+    def forbid(name):
+        def raiser(*a, **kw):
+            raise AssertionError(f"Tensor.{name} inside the decode program")
+        return raiser
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "numpy"):
+        monkeypatch.setattr(torch.Tensor, name, forbid(name))
+    host = torch.tensor([[0, 1, eng.scratch_slot, eng.scratch_slot], [12, 9, 1, 1],
+                         [5, 6, 0, 0]])
+    try:
+        with torch.inference_mode():
+            return eng._decode_step.program(host, k)
+    finally:
+        monkeypatch.undo()
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     from specrepro.embedded.checkpoint import build_random_checkpoint

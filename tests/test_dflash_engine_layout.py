@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from conftest import random_prompts
+from conftest import decode_program_without_host_reads, random_prompts
 from specrepro.embedded.checkpoint import load_proposer, load_target, save_drafters
 from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import LLMEngine
@@ -181,18 +181,7 @@ def test_the_static_decode_program_reads_nothing_back_to_the_host(engine_checkpo
     """graphs.py's decode program (`spec.draft_verify_observe`) with the engine block: fixed
     shapes per (bucket, k), no host read (a CUDA graph cannot hold one), k = 9 included."""
     _, eng = _generate(engine_checkpoint, k, True, 4)  # caches hold real contexts
-
-    def forbid(name):
-        def raiser(*a, **kw):
-            raise AssertionError(f"Tensor.{name} inside the decode program")
-        return raiser
-    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "numpy"):
-        monkeypatch.setattr(torch.Tensor, name, forbid(name))
-    host = torch.tensor([[0, 1, eng.scratch_slot, eng.scratch_slot], [12, 9, 1, 1],
-                         [5, 6, 0, 0]])
-    with torch.inference_mode():
-        out = eng._decode_step.program(host, k)
-    monkeypatch.undo()
+    out = decode_program_without_host_reads(eng, k, monkeypatch)
     assert out["rows"].shape == (4, k + 3) and out["logits"].shape[:2] == (4, k + 1)
 
 
