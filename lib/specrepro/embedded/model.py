@@ -228,9 +228,13 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    """A Qwen3 block: pre-norm attention and MLP, each added to the residual stream. The
+    attention class is a parameter so the block drafter's layers (bidirectional attention
+    over context keys, proposers/dflash.py) are the same module with HF's names."""
+
+    def __init__(self, cfg: ModelConfig, attention: type[nn.Module] = Attention):
         super().__init__()
-        self.self_attn = Attention(cfg)
+        self.self_attn = attention(cfg)
         self.mlp = MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)

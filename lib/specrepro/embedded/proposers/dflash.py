@@ -48,8 +48,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from specrepro.embedded.model import (
-    MLP,
     Attention,
+    DecoderLayer,
     ModelConfig,
     Qwen3Model,
     RMSNorm,
@@ -97,13 +97,11 @@ class BlockAttention(Attention):
         return self.o_proj(out.transpose(1, 2).reshape(B, Q, -1))
 
 
-class BlockLayer(nn.Module):
+class BlockLayer(DecoderLayer):
+    """A target block with BlockAttention: same modules and names, other forwards."""
+
     def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.self_attn = BlockAttention(cfg)
-        self.mlp = MLP(cfg)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        super().__init__(cfg, BlockAttention)
 
     def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx_k, ctx_v, mask)
