@@ -72,10 +72,12 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
     base = Path(results_dir) if results_dir is not None else suite.results_path
     store_root = base / study.name / suite.run_id
     measured = False
-    if mode == "run" or (mode == "auto" and missing_cells(store_root, study).height):
+    stored = stored_cells(store_root, study)  # read once; again only after measuring
+    if mode == "run" or (mode == "auto" and missing_cells(store_root, study, stored).height):
         measure(study, base, suite.run_id, fresh=(mode == "run"))
         measured = True
-    cells = stored_cells(store_root, study)
+        stored = stored_cells(store_root, study)
+    cells = stored
     if cells.height == 0:
         raise FindingError(
             f"{notebook_id}: no stored results for study {study.name!r} in {store_root}; "
@@ -85,4 +87,4 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
     reqs = results.load_requests(store_root, cells)
     manifest = results.ResultStore(base, study.name, suite.run_id).manifest()
     return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,
-                   missing_cells(store_root, study).height)
+                   missing_cells(store_root, study, stored).height)

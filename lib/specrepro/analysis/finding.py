@@ -165,7 +165,11 @@ def same_identity(study: ResolvedStudy, rows: pl.DataFrame) -> list[bool]:
     return keep
 
 
-def missing_cells(store_root: Path, study: ResolvedStudy) -> pl.DataFrame:
-    """Declared cells with no matching ok row in the store."""
-    have = stored_cells(store_root, study).select(CELL_MATCH)
+def missing_cells(store_root: Path, study: ResolvedStudy,
+                  stored: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Declared cells with no matching ok row in the store (`stored`: the store's
+    `stored_cells`, when the caller has them already)."""
+    if stored is None:
+        stored = stored_cells(store_root, study)
+    have = stored.select(CELL_MATCH)
     return declared_cells(study).join(have, on=CELL_MATCH, how="anti", nulls_equal=True)
