@@ -69,9 +69,15 @@ class DrafterConfig:
     # keep the first k) or "engine" (k drafts are a block of 1 + k, as vLLM and SGLang run it;
     # trained over random block lengths 2..block_size)
     block: str = "fixed"
+    # mtp only, the head's layout (proposers/mtp.py): "deepseek" (DeepSeek-V3 MTP: eh_proj over
+    # [norm(h); norm(emb)], a Qwen3 layer, a final norm) or "eagle" (EAGLE-1, the layout vLLM
+    # 0.26.0 and SGLang 0.5.14 load for a Qwen3 target: fc over [emb; h] with no norms, a Llama
+    # layer without QK-norm or input norm, no final norm, fed the target's final-normed hidden)
+    layout: str = "deepseek"
 
     TRUNK_KEYS = ("drafter", "layers", "intermediate_size")
     BLOCKS = ("fixed", "engine")
+    LAYOUTS = ("deepseek", "eagle")
 
     def __post_init__(self):
         if self.method not in MODEL_METHODS:
@@ -87,6 +93,12 @@ class DrafterConfig:
         if self.method != "dflash" and (m is not None or self.block != "fixed"):
             raise ValueError(f"drafter config 'mask_token_id'/'block': only a dflash drafter"
                              f" has them, not {self.method!r}")
+        if self.layout not in self.LAYOUTS:
+            raise ValueError(f"drafter config 'layout' must be one of {self.LAYOUTS}, "
+                             f"got {self.layout!r}")
+        if self.method != "mtp" and self.layout != "deepseek":
+            raise ValueError(f"drafter config 'layout': only an mtp head has one, not "
+                             f"{self.method!r}")
         if self.trunk:
             if self.method != "dflash":
                 raise ValueError(f"drafter config 'trunk': only a dflash drafter has one, "
@@ -116,7 +128,8 @@ class DrafterConfig:
         d["target_layers"] = list(self.target_layers)
         # keys at their defaults are left out, so a drafter of today's layout is stored as
         # before the keys existed
-        for key, default in (("trunk", {}), ("mask_token_id", None), ("block", "fixed")):
+        for key, default in (("trunk", {}), ("mask_token_id", None), ("block", "fixed"),
+                             ("layout", "deepseek")):
             if d[key] == default:
                 del d[key]
         return d
@@ -127,11 +140,12 @@ class DrafterConfig:
 
 
 class SharedTarget:
-    """The target's embedding and output head, borrowed (not a submodule: the
+    """The target's embedding, final norm and output head, borrowed (not a submodule: the
     drafter's state dict holds its own weights only)."""
 
     def __init__(self, target: Qwen3Model):
         self.embed = target.model.embed_tokens
+        self.norm = target.model.norm
         self.lm_head = target.lm_head
 
 

@@ -10,6 +10,10 @@ Design:
   `## Added drafters: recipe NAME`, and `replace_section` puts it in place of the same
   heading (appended when absent), so a re-run updates its section instead of adding a
   second one and the rest of the card stays as the full run wrote it.
+- A `--quality-only` run (`quality_card`) writes `## Drafters and quality: recipe NAME`: the
+  `--skip-quality` training runs that made the stored drafters (command, hardware, steps,
+  losses), every stored drafter's config, and the quality figures on the test split (the
+  reported ones) and the validation split (what recipes are picked on).
 - The card is text only: the checkpoint's fingerprint covers the weights and configs, not
   `*.md` files, so a rewritten card does not change a cell's identity.
 """
@@ -126,3 +130,36 @@ def replace_section(card: str, section: str) -> str:
     end = card.find("\n## ", start + len(head))
     return card[:start] + section + ("" if end < 0 else card[end:])
 
+
+
+def quality_card(r: Recipe, argv, info: dict, q: dict, sizes: dict, heads: dict) -> str:
+    """The `--quality-only` section: training runs, drafters, figures per split (the test
+    split first: it is the reported one)."""
+    lines = [f"## Drafters and quality: recipe `{r.name}`", "",
+             f"Figures by `specrepro train {' '.join(argv)}` on {info['hardware']} in"
+             f" {info['quality_wall_s']:.0f} s (fp32), on every drafter the checkpoint stores.", "",
+             "| training run | command | hardware | wall time | drafter steps x batch |"
+             " final losses |", "| --- | --- | --- | --- | --- | --- |"]
+    for name, run in info["training"].items():
+        d = run["drafters"]
+        lines.append(
+            f"| {name} | `specrepro train {' '.join(run.get('argv', []))}` | {run['hardware']} |"
+            f" {run['wall_s']:.0f} s (distillation {run['distill_wall_s']:.0f} s, drafters"
+            f" {d['wall_s']:.0f} s) | {d['steps']} x {d.get('batch', '?')} | "
+            + ", ".join(f"{n} {v:.3f}" for n, v in d["final_loss"].items()) + " |")
+    lines += ["", "| name | method | config | bf16 safetensors |", "| --- | --- | --- | --- |"]
+    lines += [f"| {n} | {c['method']} | `{json.dumps(c)}` | {sizes.get(n, 0) / 1e6:.2f} MB |"
+              for n, c in info["drafters"].items()]
+    lines.append(f"\nAll files {sizes['all files'] / 1e6:.2f} MB.")
+    for split in ("test", "validation"):
+        if split not in q:
+            continue
+        h = heads.get(split) or {}
+        lines += ["", f"### {split.capitalize()} split"
+                  + (" (reported)" if split == "test" else " (recipes are picked on it)"), ""]
+        if h:
+            lines.append(f"Held-out GSM8K: block drafter at 7 drafts {h['block_k7_tokens_per_step']:.2f}"
+                         f" tokens per step, MTP head at 3 drafts {h['mtp_k3_tokens_per_step']:.2f}"
+                         f" (ratio {h['ratio']:.2f}).\n")
+        lines.append(quality.markdown_tables(q[split]).strip())
+    return "\n".join(lines) + "\n"

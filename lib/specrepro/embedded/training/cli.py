@@ -33,7 +33,13 @@ from pathlib import Path
 
 import torch
 
-from specrepro.embedded.checkpoint import list_drafters, load_target, save_checkpoint, save_drafters
+from specrepro.embedded.checkpoint import (
+    list_drafters,
+    load_proposer,
+    load_target,
+    save_checkpoint,
+    save_drafters,
+)
 from specrepro.embedded.model import ModelConfig
 from specrepro.embedded.tokenizer import train_bpe
 from specrepro.embedded.training import quality
@@ -41,6 +47,7 @@ from specrepro.embedded.training.card import (
     added_drafters_card,
     dir_sizes,
     model_card,
+    quality_card,
     replace_section,
 )
 from specrepro.embedded.training.corpus import build_corpus, read_corpus, write_corpus
@@ -92,6 +99,13 @@ def parse_args(argv):
                     help="add the recipe's drafters to this trained checkpoint (its target and"
                          " tokenizer are kept); writes into --out, a copy when it differs")
     ap.add_argument("--quality-json", type=Path, default=None, help="default: OUT/quality.json")
+    ap.add_argument("--skip-quality", action="store_true",
+                    help="with --from: train and save the drafters, leave the quality figures to a"
+                         " --quality-only run (the training facts go to OUT/training-RECIPE.json)")
+    ap.add_argument("--quality-only", action="store_true",
+                    help="with --from: no training; the quality figures of every drafter stored in"
+                         " the checkpoint, on the validation and the test split, into"
+                         " quality-RECIPE.json and the recipe's model-card section")
     ap.add_argument("--device", default=None, help="default: cuda when present, else cpu")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-compile", action="store_true")
@@ -132,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"recipe {r.name!r}: drafters {trunked} sit on a stored block drafter:"
                          " train it with --from CHECKPOINT")
 
+    if (args.skip_quality or args.quality_only) and args.from_dir is None:
+        raise SystemExit("--skip-quality and --quality-only need --from CHECKPOINT")
     docs, manifest = load_or_build_corpus(args.corpus, r, log)
     check_corpus(manifest, args.corpus, r)
+    if args.quality_only:
+        return quality_only(args, argv, r, log, device, hardware, docs, manifest)
     if args.from_dir is not None:
         return add_drafters(args, argv, r, log, device, hardware, compile_, gen, docs, manifest)
     tok = train_bpe([d.text for d in docs if d.split == "train"], r.vocab_size)
@@ -197,6 +215,14 @@ def add_drafters(args, argv, r: Recipe, log: Log, device, hardware: str, compile
         shutil.copytree(src, out, dirs_exist_ok=True)
     save_drafters(out, target.cpu(), tok, {n: p.cpu() for n, p in props.items()}, add=True)
     log(f"drafters {sorted(props)} added to {out}")
+    if args.skip_quality:
+        info = {"hardware": hardware, "wall_s": log.elapsed(), "drafters": dstats,
+                "distill_wall_s": distill_s, "corpus": manifest, "argv": argv}
+        path = out / f"training-{r.name}.json"
+        path.write_text(json.dumps({"recipe": asdict(r), "info": info, "sizes": dir_sizes(out)},
+                                   indent=2, default=str) + "\n")
+        log(f"training facts in {path}; quality figures: --quality-only --from {out}")
+        return 0
     q, quality_s = quality_figures(target, tok, props, docs, r, device, log)
     info = {"hardware": hardware, "wall_s": log.elapsed(), "drafters": dstats,
             "distill_wall_s": distill_s, "quality_wall_s": quality_s, "corpus": manifest}
@@ -210,3 +236,37 @@ def add_drafters(args, argv, r: Recipe, log: Log, device, hardware: str, compile
     log(f"checkpoint in {out} ({sizes['all files'] / 1e6:.2f} MB); figures in {qpath}")
     return 0
 
+
+
+def quality_only(args, argv, r: Recipe, log: Log, device, hardware: str, docs, manifest) -> int:
+    """`--quality-only --from DIR`: the quality figures of every drafter DIR stores, on both
+    splits (quality.SPLITS), beside the facts of the `--skip-quality` runs that trained them
+    (DIR/training-*.json); writes DIR/quality-RECIPE.json and the recipe's card section."""
+    src = args.from_dir
+    stored = list_drafters(src)
+    if not stored:
+        raise SystemExit(f"--quality-only --from {src}: no drafters stored there (drafters.json)")
+    target, tok = load_target(src, device=device)
+    props = {n: load_proposer(src, m, target, name=n) for n, m in stored.items()}
+    t0 = time.time()
+    target32 = target.float()
+    props = {n: p.float() for n, p in props.items()}
+    q = {}
+    for split in quality.SPLITS:
+        spec = quality.QualitySpec(**{**r.quality, "split": split})
+        q[split] = quality.evaluate(target32, tok, props, docs, spec, log)
+    runs = {p.stem.removeprefix("training-"): json.loads(p.read_text())
+            for p in sorted(src.glob("training-*.json"))}
+    info = {"hardware": hardware, "quality_wall_s": time.time() - t0, "corpus": manifest,
+            "training": {name: run["info"] for name, run in runs.items()},
+            "drafters": {n: p.cfg.to_dict() for n, p in props.items()}}
+    sizes = dir_sizes(src)
+    heads = {split: quality.headline(res) for split, res in q.items()}
+    card = src / "MODEL_CARD.md"
+    section = quality_card(r, argv, info, q, sizes, heads)
+    card.write_text(replace_section(card.read_text() if card.is_file() else "", section))
+    qpath = args.quality_json or src / f"quality-{r.name}.json"
+    qpath.write_text(json.dumps({"recipe": asdict(r), "info": info, "sizes": sizes, "quality": q,
+                                 "headline": heads}, indent=2, default=str) + "\n")
+    log(f"quality figures in {qpath}; headline {heads}")
+    return 0

@@ -303,7 +303,7 @@ def train_drafters(target: Qwen3Model, seqs: torch.Tensor, r: Recipe, device, ge
         idx = torch.randint(0, len(seqs), (r.drafter_batch,), generator=gen).to(seqs.device)
         anchors = torch.randint(P - 1, T - block + 2, (r.drafter_batch, r.anchors),
                                 generator=gen).to(seqs.device)
-        block_lens = (torch.randint(2, block + 1, (r.drafter_batch,), generator=gen).to(seqs.device)
+        block_lens = (engine_block_lens(r, block, gen).to(seqs.device)
                       if engine_blocks else None)  # [drafter_batch]
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, total, r.drafter_lr, r.warmup)
@@ -318,9 +318,20 @@ def train_drafters(target: Qwen3Model, seqs: torch.Tensor, r: Recipe, device, ge
         if step % 500 == 0 or step == total - 1:
             log(f"drafter step {step}: " + ", ".join(f"{n} {v[0].item():.3f}" for n, v in res.items()))
         step += 1
-    stats = {"steps": total, "wall_s": time.time() - t_start,
+    stats = {"steps": total, "batch": r.drafter_batch, "wall_s": time.time() - t_start,
              "final_loss": {n: torch.stack(h[-20:]).mean().item() for n, h in hist.items()}}
     return {n: p.eval() for n, p in props.items()}, stats
+
+
+def engine_block_lens(r: Recipe, block: int, gen: torch.Generator) -> torch.Tensor:
+    """[drafter_batch] block lengths for engine-block drafters: `full_block_share` of the
+    sequences at the full length `block` (the most drafts the studies run: draft position
+    block-1 is trained only on blocks that long), the rest uniform over 2..block."""
+    lens = torch.randint(2, block + 1, (r.drafter_batch,), generator=gen)
+    if r.full_block_share > 0:
+        full = torch.rand(r.drafter_batch, generator=gen) < r.full_block_share
+        lens = torch.where(full, torch.full_like(lens, block), lens)
+    return lens
 
 
 def distill_and_train_drafters(target, streams, r: Recipe, device, gen, log: Log, compile_: bool,

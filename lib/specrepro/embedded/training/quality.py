@@ -12,7 +12,10 @@ Design:
   4-grams of the outputs stands beside every figure.
 - Prompts: math = held-out GSM8K test questions ("Question: …\\nAnswer:"), code =
   the opening tokens of held-out standard-library files, prose = windows of
-  held-out WikiText articles.
+  held-out WikiText articles. Two splits of them (`QualitySpec.split`): "validation", the
+  first `validation_prompts` of each domain (what recipes are picked on; the checkpoints
+  before the engine-layout retrain were picked on these), and "test", the next `prompts`,
+  which no recipe was picked on (what a card reports).
 - Tokens per step = 1 + accepted drafts / steps (vLLM's acceptance length);
   acceptance at position i = steps whose first i drafts were all accepted / steps.
 - Sampled acceptance (`sampled_temperature`, off by default): the same loop at
@@ -40,10 +43,14 @@ from specrepro.embedded.tokenizer import Tokenizer
 from specrepro.embedded.training.corpus import DOMAINS, Document
 from specrepro.metrics import pooled_repeated_ngram_share
 
+SPLITS = ("validation", "test")
+
 
 @dataclass
 class QualitySpec:
     prompts: int = 32  # per domain
+    split: str = "validation"  # SPLITS: which held-out prompts (the module docstring)
+    validation_prompts: int = 32  # per domain; the test split's prompts come after them
     prompt_tokens: int = 128  # code and prose prompts
     max_new: tuple[tuple[str, int], ...] = (("math", 256), ("code", 128), ("prose", 128))
     ppl_tokens: int = 200_000  # per domain
@@ -60,11 +67,26 @@ class QualitySpec:
 
 
 # --------------------------------------------------------------------------- prompts
+def split_prompts(docs: list[Document], domain: str, spec: QualitySpec,
+                  tok: Tokenizer) -> list[list[int]]:
+    """The prompts of `spec.split`: validation = the first `validation_prompts`, test = the
+    `prompts` after them."""
+    if spec.split not in SPLITS:
+        raise ValueError(f"quality split {spec.split!r}: expected one of {SPLITS}")
+    if spec.split == "validation":
+        return heldout_prompts(docs, domain, min(spec.prompts, spec.validation_prompts), tok,
+                               spec.prompt_tokens)
+    return heldout_prompts(docs, domain, spec.prompts, tok, spec.prompt_tokens,
+                           skip=spec.validation_prompts)
+
+
 def heldout_prompts(docs: list[Document], domain: str, n: int, tok: Tokenizer,
-                    prompt_tokens: int) -> list[list[int]]:
+                    prompt_tokens: int, skip: int = 0) -> list[list[int]]:
+    """Held-out prompts `skip`..`skip + n` of a domain (the same first ones whatever n)."""
     held = [d.text for d in docs if d.domain == domain and d.split == "heldout"]
     if domain == "math":
-        return [tok.encode(t.split("\nAnswer:")[0] + "\nAnswer:") for t in held[:n]]
+        return [tok.encode(t.split("\nAnswer:")[0] + "\nAnswer:") for t in held[skip:skip + n]]
+    n += skip
     # Code and prose: windows of prompt_tokens at spread offsets, round robin over docs.
     ids = [tok.encode(t) for t in held]
     out, offset = [], 0
@@ -75,7 +97,7 @@ def heldout_prompts(docs: list[Document], domain: str, n: int, tok: Tokenizer,
         offset += 4 * prompt_tokens
         if all(len(s) < offset + prompt_tokens + 16 for s in ids):
             break
-    return out
+    return out[skip:]
 
 
 # --------------------------------------------------------------------------- perplexity
@@ -215,14 +237,17 @@ def acceptance_runs(prop: Proposer, spec: QualitySpec) -> list[tuple[int, float]
 def evaluate(target: Qwen3Model, tok: Tokenizer, proposers: dict[str, Proposer],
              docs: list[Document], spec: QualitySpec, log=print) -> dict:
     """All figures: {"perplexity": {domain: ppl}, "acceptance": [rows]}."""
-    result: dict = {"perplexity": {}, "acceptance": [], "prompts": {}}
+    result: dict = {"perplexity": {}, "acceptance": [], "prompts": {}, "split": spec.split}
     max_new = dict(spec.max_new)
     domains = [d for d in DOMAINS if any(x.domain == d and x.split == "heldout" for x in docs)]
     for dom in domains:
         texts = [d.text for d in docs if d.domain == dom and d.split == "heldout"]
         result["perplexity"][dom] = perplexity(target, tok, texts, spec.ppl_tokens, spec.ppl_window)
-        prompts = heldout_prompts(docs, dom, spec.prompts, tok, spec.prompt_tokens)
+        prompts = split_prompts(docs, dom, spec, tok)
         result["prompts"][dom] = len(prompts)
+        if not prompts:  # a small corpus's held-out part can end before the test split
+            log(f"quality {dom}: no {spec.split} prompts in the held-out documents; skipped")
+            continue
         for name, prop in proposers.items():
             for k, temp in acceptance_runs(prop, spec):
                 r = simulate(target, prop, prompts, k, max_new[dom], tok.eos_token_id,

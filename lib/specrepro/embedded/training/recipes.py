@@ -50,6 +50,9 @@ class Recipe:
     drafter_batch: int = 64
     drafter_lr: float = 2e-3
     anchors: int = 24  # blocks per training sequence
+    # block drafters with the engines' block (`block: "engine"`): the share of training
+    # sequences whose block has the full length (the rest uniform over 2..block_size)
+    full_block_share: float = 0.0
     # Wall-clock budget of the whole run (None: none). Drafter training stops early
     # enough to leave `quality_reserve_s` for the quality figures and saving.
     time_budget_s: float | None = None
@@ -134,7 +137,7 @@ RECIPES = {
         target_steps=8, batch_size=8, seq_len=64, long_seq_len=128, warmup=3,
         n_continuations=32, prompt_len=32, gen_len=16, gen_batch=32,
         drafter_steps=8, drafter_batch=8, anchors=2, code_chars=60_000, corpus_limit=6,
-        quality=dict(prompts=2, prompt_tokens=32, max_new=(("math", 24), ("code", 16),
+        quality=dict(prompts=2, validation_prompts=2, prompt_tokens=32, max_new=(("math", 24), ("code", 16),
                                                            ("prose", 16)),
                      ppl_tokens=1024, ppl_window=256, block_ks=(1, 7, 9), mtp_ks=(3,),
                      draft_model_ks=(3,))),
@@ -207,20 +210,38 @@ RECIPES["smoke-light"] = replace(
 # block's output is never captured), and every layer has one intermediate_size.
 MASK_TOKEN_ID = SPECIAL_TOKENS.index(IM_START)
 ENGINE_LAYOUT = dict(mask_token_id=MASK_TOKEN_ID, block="engine")
-# Not yet trained (the H200 retrain): v3's block drafter (6 x 384) in the engines' layout on
-# target layers 1, 2, 4 of 6 (or 0, 2, 4: pick on the validation split), and its light
-# drafter with the own layer at the trunk's width (384: 0.98M parameters, 1.97 MB bf16, which
-# the checkpoint's size budget must allow; the 256-wide one was 1.38 MB).
+# The shipped block drafters and MTP head (issue 14's retrain), on v3's target, kept: `--from` a
+# copy of the checkpoint that stores only the draft model (scripts/retrain_engine_layout.sh).
+# - `dflash`: v3's block drafter (6 x 384) in the engines' layout on target layers 1, 2, 4 of 6
+#   (0, 2, 4 was not trained: the device time of one session held one candidate).
+# - `mtp`: the EAGLE-1 head (proposers/mtp.py, `layout: "eagle"`), the layout vLLM 0.26.0 and
+#   SGLang 0.5.14 run for a Qwen3 target, unrolled in training to the 3 steps it runs at k = 3.
+# - half the training sequences have the full block of 8 (7 drafts, article A's headline k; a
+#   uniform draw over 2..8 would train draft position 7 on 1/7 of them), the rest 2..7.
+# - trained alone on one H200 for the 10-minute command limit, quality figures left to a
+#   `--quality-only` run (both splits, quality.SPLITS: picked on validation, reported on test).
+EAGLE_HEAD = dict(method="mtp", num_hidden_layers=1, intermediate_size=768, layout="eagle",
+                  mtp_train_depth=3)
 ENGINE_TARGET_LAYERS = [1, 2, 4]
+ENGINE_QUALITY = dict(SAMPLED_QUALITY, prompts=40, validation_prompts=32,
+                      block_ks=(1, 2, 3, 4, 5, 6, 7, 9), mtp_ks=(3, 5, 7),
+                      draft_model_ks=(3, 5, 7))
 RECIPES["engine-layout"] = replace(
     RECIPES["v3"], name="engine-layout",
-    drafters={**DRAFTERS_V2_DEEP, "dflash": dict(DRAFTERS_V2_DEEP["dflash"],
-                                                 target_layers=ENGINE_TARGET_LAYERS, **ENGINE_LAYOUT)},
-    quality={**RECIPES["v3"].quality, "block_ks": (1, 2, 3, 4, 5, 6, 7, 9)})
+    drafters={"dflash": dict(DRAFTERS_V2_DEEP["dflash"], target_layers=ENGINE_TARGET_LAYERS,
+                             **ENGINE_LAYOUT),
+              "mtp": EAGLE_HEAD},
+    full_block_share=0.5, drafter_steps=40000, time_budget_s=560.0, quality_reserve_s=20.0,
+    quality=ENGINE_QUALITY)
+# Its light drafter: the first 3 layers of that `dflash` (borrowed) plus one own layer at the
+# trunk's width (one intermediate_size, as the engines build every layer: 384 wide, 0.98M
+# parameters, 1.97 MB bf16; the 256-wide one was 1.38 MB).
 RECIPES["light-engine-layout"] = replace(
     RECIPES["light"], name="light-engine-layout",
     drafters={"dflash_light": light_drafter(3, width=384, target_layers=ENGINE_TARGET_LAYERS,
-                                            **ENGINE_LAYOUT)})
+                                            **ENGINE_LAYOUT)},
+    full_block_share=0.5, drafter_steps=40000, time_budget_s=330.0, quality_reserve_s=20.0,
+    quality=ENGINE_QUALITY)
 # The smoke-sized engine layout (CPU, ~20 s on 2 cores): a 6-layer smoke target so the ids
 # are the full-size ones' shape (0, 2, 4: <= L-2), the block drafter in the engines' layout
 # beside the MTP head (the headline's ratio), acceptance at k = 1, 3, 5, 7 and 9 (past
@@ -230,9 +251,10 @@ RECIPES["smoke-engine-layout"] = replace(
     RECIPES["smoke"], name="smoke-engine-layout", target_steps=120, warmup=10,
     n_continuations=128, drafter_steps=200,
     target={**RECIPES["smoke"].target, "num_hidden_layers": 6},
-    drafters={"mtp": RECIPES["smoke"].drafters["mtp"],
+    drafters={"mtp": dict(RECIPES["smoke"].drafters["mtp"], layout="eagle", mtp_train_depth=3),
               "dflash": dict(RECIPES["smoke"].drafters["dflash"], target_layers=[0, 2, 4],
                              **ENGINE_LAYOUT)},
+    full_block_share=0.5,
     quality={**RECIPES["smoke"].quality, "block_ks": (1, 3, 5, 7, 9), "draft_model_ks": ()})
 # --smoke with --recipe NAME: its smoke-sized variant
 SMOKE_OF = {"v2": "smoke-v2", "v2-deep": "smoke-v2", "v3": "smoke-v2", "light": "smoke-light",
