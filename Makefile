@@ -68,16 +68,21 @@ nb: $(STAMP)
 html report: $(STAMP)
 	$(PY) -m specrepro.cli report --reports-dir $(REPORTS)
 
-# Rebuild the embedded checkpoint (models/embedded) from a seed: corpus, tokenizer, target,
-# drafters and the model card's quality figures, with the shipped recipe (v3). The real
-# recipe wants a GPU (467 s on an H200); on a CPU use `$(PY) -m specrepro.embedded.training
-# --smoke`. Never a prerequisite of `all`: editing the package must not retrain the model.
+# Rebuild the embedded checkpoint (models/embedded) from a seed: corpus, tokenizer, target
+# (recipe v3, whose own drafters are then replaced), the drafters in the layouts vLLM and
+# SGLang load (recipes engine-layout and light-engine-layout: scripts/retrain_engine_layout.sh)
+# and the model card's quality figures. The real recipes want a GPU (v3 467 s, the drafters
+# ~9 and ~5 min on an H200); on a CPU use `$(PY) -m specrepro.embedded.training --smoke`.
+# Never a prerequisite of `all`: editing the package must not retrain the model.
+CORPUS := build/corpus/corpus-v2.jsonl
 models: $(STAMP)
-	$(PY) -m specrepro.embedded.training.corpus --prose-docs paragraphs --out build/corpus/corpus-v2.jsonl
-	$(PY) -m specrepro.embedded.training --recipe v3 --corpus build/corpus/corpus-v2.jsonl \
-		--out models/embedded
-	$(PY) -m specrepro.embedded.training --recipe light --from models/embedded \
-		--corpus build/corpus/corpus-v2.jsonl --out models/embedded
+	$(PY) -m specrepro.embedded.training.corpus --prose-docs paragraphs --out $(CORPUS)
+	$(PY) -m specrepro.embedded.training --recipe v3 --corpus $(CORPUS) --out build/v3
+	rm -rf models/embedded.new
+	PATH=$(VENV)/bin:$$PATH scripts/retrain_engine_layout.sh drafters $(CORPUS) build/v3 models/embedded.new
+	PATH=$(VENV)/bin:$$PATH scripts/retrain_engine_layout.sh light $(CORPUS) build/v3 models/embedded.new
+	PATH=$(VENV)/bin:$$PATH scripts/retrain_engine_layout.sh quality $(CORPUS) build/v3 models/embedded.new
+	rm -rf models/embedded && mv models/embedded.new models/embedded
 
 FORCE:
 

@@ -4,8 +4,10 @@
         --drafters build/engine-drafters --out DIR [--only NAME ...]
 
 Starts one server per drafter (`specrepro export-drafters` folders: DIR/<engine>/<name>) plus one
-without speculation, all at once on one GPU at a small memory share each, waits until each can
-generate, sends each the same greedy prompts, and reads each server's speculative counters
+without speculation on one GPU at a small memory share each (vLLM all at once; SGLang one after
+another: it sizes its KV pool from the memory that fell free while it loaded its weights, so a
+neighbour allocating meanwhile fails it with "Loaded weights leave no GPU memory for the KV
+cache", as the first run of 2026-12-01 did), waits until each can generate, sends each the same greedy prompts, and reads each server's speculative counters
 before and after. Writes into --out, per server: the startup log, /metrics before and after the
 requests, the version endpoint's answer, the responses; and `summary.json`. Prints per server
 whether it loaded, the drafts it made and accepted, and whether its greedy text equals the
@@ -110,7 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--drafters", type=Path, default=Path("build/engine-drafters"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--only", action="append", default=[], metavar="NAME")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
+    ap.add_argument("--timeout", type=float, default=300.0,
+                    help="seconds each server may take to become ready")
     args = ap.parse_args(argv)
     model = args.model.resolve()
     root = args.drafters.resolve() / args.engine
@@ -122,30 +125,40 @@ def main(argv=None) -> int:
         servers[name] = (root / name, method)
     args.out.mkdir(parents=True, exist_ok=True)
     build = vllm_argv if args.engine == "vllm" else sglang_argv
-    procs, t0 = {}, time.time()
-    for i, (name, (drafter, method)) in enumerate(servers.items()):
+    ready_path = "/health" if args.engine == "vllm" else "/health_generate"
+    procs, summary, t0 = {}, {}, time.time()
+
+    def start(i, name, drafter, method):
         port = 8100 + i
         cmd = build(model, port, drafter, method)
-        log = open(args.out / f"{name}.log", "w")
+        log = open(args.out / f"{name}.log", "w")  # noqa: SIM115 (closed after the server stops)
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                        env=os.environ.copy()), port, log)
-    ready_path = "/health" if args.engine == "vllm" else "/health_generate"
-    summary = {}
-    pending = dict(procs)
-    while pending and time.time() - t0 < args.timeout:
-        for name, (p, port, _) in list(pending.items()):
-            if p.poll() is not None:
-                summary[name] = {"loaded": False, "exit_code": p.returncode}
-                del pending[name]
-            elif get(f"http://127.0.0.1:{port}{ready_path}", 3)[0] == 200:
-                summary[name] = {"loaded": True, "ready_s": round(time.time() - t0, 1)}
-                del pending[name]
-        time.sleep(1)
-    for name in pending:
-        summary[name] = {"loaded": False, "error": f"not ready after {args.timeout:.0f} s"}
-    for name, (p, port, _) in procs.items():
+                                        env=os.environ.copy()), port, log, time.time())
+
+    def wait_ready(pending):
+        while pending and time.time() - t0 < args.timeout * len(servers):
+            for name in list(pending):
+                p, port, _, started = procs[name]
+                if p.poll() is not None:
+                    summary[name] = {"loaded": False, "exit_code": p.returncode}
+                    pending.remove(name)
+                elif get(f"http://127.0.0.1:{port}{ready_path}", 3)[0] == 200:
+                    summary[name] = {"loaded": True, "ready_s": round(time.time() - started, 1)}
+                    pending.remove(name)
+                elif time.time() - started > args.timeout:
+                    summary[name] = {"loaded": False,
+                                     "error": f"not ready after {args.timeout:.0f} s"}
+                    pending.remove(name)
+            time.sleep(1)
+
+    for i, (name, (drafter, method)) in enumerate(servers.items()):
+        start(i, name, drafter, method)
+        if args.engine == "sglang":  # one at a time (the module docstring)
+            wait_ready([name])
+    wait_ready([n for n in procs if n not in summary])
+    for name, (p, port, _, _) in procs.items():
         s = summary[name]
         if not s["loaded"]:
             continue
@@ -176,9 +189,9 @@ def main(argv=None) -> int:
     for name, s in summary.items():
         if name != "none" and s.get("texts") and ref:
             s["same_text_as_no_speculation"] = [a == b for a, b in zip(s["texts"], ref)]
-    for p, _, log in procs.values():
+    for p, _, _, _ in procs.values():
         p.terminate()
-    for p, _, log in procs.values():
+    for p, _, log, _ in procs.values():
         try:
             p.wait(30)
         except subprocess.TimeoutExpired:

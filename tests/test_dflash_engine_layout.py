@@ -32,15 +32,18 @@ ENGINE_CFG = DrafterConfig("dflash", 2, 128, target_layers=(0, 1, 2), **ENGINE_L
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-# --------------------------------------------------------------------------- default layout
+# --------------------------------------------------------------------------- the shipped drafters
 @pytest.mark.parametrize("name", ["dflash", "dflash_light"])
-def test_the_default_config_builds_exactly_the_shipped_module(name):
-    """Parameter names and shapes of the stored config's module are the shipped file's (plus
-    a light drafter's borrowed trunk), and the config is stored as it was (no new keys)."""
+def test_the_stored_config_builds_exactly_the_shipped_module_in_the_engines_layout(name):
+    """Parameter names and shapes of the stored config's module are the shipped file's (plus a
+    light drafter's borrowed trunk); the shipped block drafters are the engines' layout (no mask
+    tensor, blocks of 1 + k, capturable layers), and a config without the layout keys is stored
+    as before the keys existed."""
     raw = json.loads((MODEL / name / "config.json").read_text())["specrepro_drafter"]
     cfg = DrafterConfig.from_dict(raw)
-    assert (cfg.mask_token_id, cfg.block) == (None, "fixed") and cfg.to_dict() == raw
+    assert (cfg.mask_token_id, cfg.block) == (MASK_TOKEN_ID, "engine") and cfg.to_dict() == raw
     target, _ = load_target(MODEL)
+    assert max(cfg.target_layers) <= target.config.num_hidden_layers - 2
     prop = build_proposer(cfg, target)
     with safe_open(str(MODEL / name / "model.safetensors"), "pt") as f:
         stored = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (not a dict)
@@ -48,7 +51,9 @@ def test_the_default_config_builds_exactly_the_shipped_module(name):
         with safe_open(str(MODEL / cfg.trunk["drafter"] / "model.safetensors"), "pt") as f:
             stored |= {k: tuple(f.get_slice(k).get_shape()) for k in prop.trunk_names()}
     assert {k: tuple(v.shape) for k, v in prop.state_dict().items()} == stored
-    assert "mask_embedding" in stored and not prop.engine_block
+    assert "mask_embedding" not in stored and prop.engine_block
+    plain = DrafterConfig("dflash", 2, 128, target_layers=(0, 1))
+    assert "mask_token_id" not in plain.to_dict() and "block" not in plain.to_dict()
 
 
 def test_engine_layout_has_no_mask_parameter_and_reads_the_target_embedding_row(tiny_checkpoint):

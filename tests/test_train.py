@@ -92,3 +92,34 @@ def test_default_recipe_is_unchanged_and_v2_fits_the_size_limit(name):
         shared = {id(p) for p in tgt.parameters()}
         n += sum(p.numel() for p in prop.state_dict(keep_vars=True).values() if id(p) not in shared)
     assert 2 * n <= 40e6, 2 * n
+
+
+def test_quality_only_measures_the_named_drafters_on_both_splits_and_merges(tmp_path,
+                                                                            tiny_checkpoint):
+    """`--quality-only --drafter NAME`: that drafter's figures on the validation and the test
+    split, merged into the recipe's quality file beside the figures of the drafters measured
+    before (and where each was measured); the card gets one section, rewritten each run."""
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ck)
+    args = ["--recipe", "smoke-engine-layout", "--smoke", "--from", str(ck), "--quality-only",
+            "--corpus", str(tmp_path / "c.jsonl")]
+    path = ck / "quality-smoke-engine-layout.json"
+    assert cli.main([*args, "--drafter", "mtp"]) == 0
+    first = json.loads(path.read_text())
+    for split in ("validation", "test"):
+        rows = first["quality"][split]["acceptance"]
+        assert rows and {r["drafter"] for r in rows} == {"mtp"}
+        assert first["quality"][split]["split"] == split
+    assert cli.main([*args, "--drafter", "dflash"]) == 0
+    both = json.loads(path.read_text())
+    rows = both["quality"]["test"]["acceptance"]
+    assert {r["drafter"] for r in rows} == {"mtp", "dflash"}
+    assert [r for r in rows if r["drafter"] == "mtp"] == first["quality"]["test"]["acceptance"]
+    assert set(both["info"]["measured_on"]) == {"mtp", "dflash"}
+    card = (ck / "MODEL_CARD.md").read_text()
+    assert card.count("## Drafters and quality: recipe `smoke-engine-layout`") == 1
+    assert "### Test split (reported)" in card and "### Validation split" in card
+    with pytest.raises(SystemExit, match="not stored"):
+        cli.main([*args, "--drafter", "nope"])

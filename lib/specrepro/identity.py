@@ -119,7 +119,7 @@ def cell_id(study: Any, cell: Any, engine_version: str | None) -> str:
 # --------------------------------------------------------------------- model fingerprint
 
 SKIP_SUFFIXES = (".md",)
-SKIP_NAMES = ("quality*.json",)  # fnmatch patterns
+SKIP_NAMES = ("quality*.json", "training-*.json")  # fnmatch patterns: records, not weights
 FULL_HASH_LIMIT = 256 * 2**20
 EDGE = 2**20
 

@@ -136,8 +136,10 @@ def quality_card(r: Recipe, argv, info: dict, q: dict, sizes: dict, heads: dict)
     """The `--quality-only` section: training runs, drafters, figures per split (the test
     split first: it is the reported one)."""
     lines = [f"## Drafters and quality: recipe `{r.name}`", "",
-             f"Figures by `specrepro train {' '.join(argv)}` on {info['hardware']} in"
-             f" {info['quality_wall_s']:.0f} s (fp32), on every drafter the checkpoint stores.", "",
+             "Quality figures in fp32, greedy unless a temperature is given, generation stopping"
+             " at end of text; the drafters table says where each drafter's figures were"
+             f" measured (the last run: `specrepro train {' '.join(argv)}` on {info['hardware']},"
+             f" {info['quality_wall_s']:.0f} s).", "",
              "| training run | command | hardware | wall time | drafter steps x batch |"
              " final losses |", "| --- | --- | --- | --- | --- | --- |"]
     for name, run in info["training"].items():
@@ -147,9 +149,10 @@ def quality_card(r: Recipe, argv, info: dict, q: dict, sizes: dict, heads: dict)
             f" {run['wall_s']:.0f} s (distillation {run['distill_wall_s']:.0f} s, drafters"
             f" {d['wall_s']:.0f} s) | {d['steps']} x {d.get('batch', '?')} | "
             + ", ".join(f"{n} {v:.3f}" for n, v in d["final_loss"].items()) + " |")
-    lines += ["", "| name | method | config | bf16 safetensors |", "| --- | --- | --- | --- |"]
+    lines += ["", "| name | method | config | bf16 safetensors | quality measured on |",
+              "| --- | --- | --- | --- | --- |"]
     lines += [f"| {n} | {c['method']} | `{json.dumps(c)}` | {sizes.get(n, 0) / 1e6:.2f} MB |"
-              for n, c in info["drafters"].items()]
+              f" {info.get('measured_on', {}).get(n, '-')} |" for n, c in info["drafters"].items()]
     lines.append(f"\nAll files {sizes['all files'] / 1e6:.2f} MB.")
     for split in ("test", "validation"):
         if split not in q:

@@ -104,8 +104,11 @@ def parse_args(argv):
                          " --quality-only run (the training facts go to OUT/training-RECIPE.json)")
     ap.add_argument("--quality-only", action="store_true",
                     help="with --from: no training; the quality figures of every drafter stored in"
-                         " the checkpoint, on the validation and the test split, into"
-                         " quality-RECIPE.json and the recipe's model-card section")
+                         " the checkpoint (or each --drafter), on the validation and the test"
+                         " split, into quality-RECIPE.json (merged with its figures of other"
+                         " drafters) and the recipe's model-card section")
+    ap.add_argument("--drafter", action="append", default=[], metavar="NAME",
+                    help="with --quality-only: measure only this stored drafter (repeatable)")
     ap.add_argument("--device", default=None, help="default: cuda when present, else cpu")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-compile", action="store_true")
@@ -246,26 +249,44 @@ def quality_only(args, argv, r: Recipe, log: Log, device, hardware: str, docs, m
     stored = list_drafters(src)
     if not stored:
         raise SystemExit(f"--quality-only --from {src}: no drafters stored there (drafters.json)")
+    unknown = sorted(set(args.drafter) - set(stored))
+    if unknown:
+        raise SystemExit(f"--drafter {unknown}: not stored in {src} (stored: {sorted(stored)})")
+    names = args.drafter or list(stored)
     target, tok = load_target(src, device=device)
-    props = {n: load_proposer(src, m, target, name=n) for n, m in stored.items()}
+    props = {n: load_proposer(src, stored[n], target, name=n) for n in names}
     t0 = time.time()
     target32 = target.float()
     props = {n: p.float() for n, p in props.items()}
+    qpath = args.quality_json or src / f"quality-{r.name}.json"
+    old = json.loads(qpath.read_text()) if qpath.is_file() else None
     q = {}
     for split in quality.SPLITS:
         spec = quality.QualitySpec(**{**r.quality, "split": split})
         q[split] = quality.evaluate(target32, tok, props, docs, spec, log)
+        if old is not None:  # keep the stored figures of the drafters not measured now
+            kept = [row for row in old["quality"][split]["acceptance"]
+                    if row["drafter"] not in props and row["drafter"] in stored]
+            q[split]["acceptance"] = kept + q[split]["acceptance"]
     runs = {p.stem.removeprefix("training-"): json.loads(p.read_text())
             for p in sorted(src.glob("training-*.json"))}
+    old_info = (old or {}).get("info", {})
+    # figures written before `measured_on` existed were all measured on that run's hardware
+    old_on = old_info.get("measured_on") or {
+        row["drafter"]: old_info.get("hardware", "?")
+        for res in (old or {}).get("quality", {}).values() for row in res["acceptance"]}
+    measured_on = {n: m for n, m in old_on.items() if n in stored and n not in props}
+    measured_on.update({n: hardware for n in props})
+    # every stored drafter's config, in the index's order
+    drafters = {n: load_proposer(src, m, target, name=n).cfg.to_dict() for n, m in stored.items()}
     info = {"hardware": hardware, "quality_wall_s": time.time() - t0, "corpus": manifest,
             "training": {name: run["info"] for name, run in runs.items()},
-            "drafters": {n: p.cfg.to_dict() for n, p in props.items()}}
+            "drafters": drafters, "measured_on": measured_on}
     sizes = dir_sizes(src)
     heads = {split: quality.headline(res) for split, res in q.items()}
     card = src / "MODEL_CARD.md"
     section = quality_card(r, argv, info, q, sizes, heads)
     card.write_text(replace_section(card.read_text() if card.is_file() else "", section))
-    qpath = args.quality_json or src / f"quality-{r.name}.json"
     qpath.write_text(json.dumps({"recipe": asdict(r), "info": info, "sizes": sizes, "quality": q,
                                  "headline": heads}, indent=2, default=str) + "\n")
     log(f"quality figures in {qpath}; headline {heads}")
