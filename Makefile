@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PARAMS ?= params/default.yaml
 export SPECREPRO_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: all test venv clean-venv nb html report models FORCE
+.PHONY: all test venv clean-venv nb html report models serve FORCE
 
 # The venv is rebuilt when the project's dependencies change, not when the
 # package's code does (it is installed editable).
@@ -63,6 +63,12 @@ nb: $(STAMP)
 	$(RUN_NB) $(NB)
 	@mkdir -p $(NB_STAMPS) && touch $(NB_STAMPS)/$(NB).done
 	$(PY) -m specrepro.cli report --reports-dir $(REPORTS)
+
+# The embedded engine's OpenAI-compatible server on models/embedded, port 8000: SC is its
+# --speculative-config (quoted here), ARGS any other flags (`specrepro serve --help`), e.g.
+# make serve SC='{"method": "dflash", "num_speculative_tokens": 7}' ARGS='--port 8001'
+serve: $(STAMP)
+	$(PY) -m specrepro.cli serve $(if $(SC),--speculative-config '$(SC)') $(ARGS)
 
 # Re-render the index from the executed notebooks already in $(REPORTS).
 html report: $(STAMP)

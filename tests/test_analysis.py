@@ -14,6 +14,7 @@ from specrepro import analysis as sa
 from specrepro import identity, pipeline, results
 from specrepro.analysis import finding as finding_mod
 from specrepro.analysis import report, tables
+from specrepro.harness.runner import RunSummary
 from specrepro.params import Gate, ParamsError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def test_replay_of_an_empty_store_says_how_to_measure(tmp_path):
 
 def test_auto_replays_a_complete_store_and_measures_a_partial_one(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(pipeline, "measure", lambda *a, **k: calls.append(k))
+    monkeypatch.setattr(pipeline, "measure", lambda *a, **k: calls.append(k) or RunSummary())
     write_cells(tmp_path, SMOKE, "07_the_bill", plain)
     pipeline.load_finding(SMOKE, "07_the_bill", "auto", tmp_path)
     assert calls == []
@@ -82,6 +83,19 @@ def test_auto_replays_a_complete_store_and_measures_a_partial_one(tmp_path, monk
     assert calls == [{"fresh": False}]
     pipeline.load_finding(SMOKE, "07_the_bill", "run", tmp_path)
     assert calls[-1] == {"fresh": True}
+
+
+def test_a_measurement_that_stores_nothing_names_its_cause_not_the_mode(tmp_path, monkeypatch):
+    """`make nb` against an engine that cannot be reached: the error says what the runner
+    said (the URL), not "measure them with mode 'auto'", which it just did."""
+    cause = ("profile 'attach-local': no engine answers at http://127.0.0.1:9 (connection "
+             "refused)")
+    monkeypatch.setattr(pipeline, "measure",
+                        lambda *a, **k: RunSummary(failed=6, errors=[cause]))
+    with pytest.raises(finding_mod.FindingError) as err:
+        pipeline.load_finding(SMOKE, "07_the_bill", "auto", tmp_path)
+    assert "no engine answers at http://127.0.0.1:9" in str(err.value)
+    assert "6 cells failed" in str(err.value) and "mode 'auto' or 'run'" not in str(err.value)
 
 
 def test_rows_made_under_other_parameters_are_left_out(tmp_path):

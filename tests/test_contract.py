@@ -184,3 +184,21 @@ def test_architecture_lists_exactly_the_engine_config_fields():
         "docs/architecture.md's EngineConfig and embedded/config.py differ: "
         f"only in the docs {sorted(documented - fields)}, only in the code "
         f"{sorted(fields - documented)}")
+
+
+def test_every_served_method_has_a_valid_speculative_config_example_in_serve_help():
+    """`specrepro serve --help` shows one `--speculative-config` per method the embedded engine
+    serves, each a config SpecConfig accepts, and the default model is the shipped one."""
+    import json
+
+    from specrepro.embedded.serve import build_parser
+
+    methods = set()
+    for _, text in speculative.SPEC_CONFIG_EXAMPLES:
+        cfg = speculative.SpecConfig.from_dict(json.loads(text))
+        methods.add(cfg.method)
+    assert methods == set(speculative.EMBEDDED_METHODS)
+    parser = build_parser()
+    helptext = parser.format_help()
+    assert all(text in helptext for _, text in speculative.SPEC_CONFIG_EXAMPLES)
+    assert parser.parse_args([]).model == "models/embedded"

@@ -75,12 +75,16 @@ def test_notebook_executes_on_the_smoke_suite(executed, nb):
     assert not errors
 
 
-def test_a_second_run_replays_without_measuring(executed):
+def test_a_second_run_replays_without_measuring(executed, capfd):
     before = sorted(p.name for p in (executed["suite"].parent / "results").rglob("*.parquet"))
     notebooks.run_notebook("07_the_bill", executed["suite"], mode="replay",
                            reports_dir=executed["reports"], figures_dir=executed["figures"])
     after = sorted(p.name for p in (executed["suite"].parent / "results").rglob("*.parquet"))
     assert before == after
+    # the kernel runs over IPC (notebooks.IPCKernelManager): no "TCP without encryption"
+    # warning from ipykernel, and no socket file left beside the project
+    assert "without encryption" not in capfd.readouterr().err
+    assert not list(ROOT.glob("kernel-*")) and not list(ROOT.glob("127.0.0.1-*"))
 
 
 class Images(html.parser.HTMLParser):

@@ -43,7 +43,7 @@ def study_for(params_file: str | Path, notebook_id: str, overrides: dict | None 
     return suite, resolve_study(suite, notebook_id, overrides)
 
 
-def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool) -> None:
+def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool):
     """Measure the study into the store through the harness's runner (the only call that
     starts engines); fresh=True measures every cell again as a new attempt. Engines start
     in the project root, where the profiles' relative model paths point."""
@@ -60,6 +60,7 @@ def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool) -
           f"{summary.skipped} already stored -> {store.root}")
     for err in summary.errors:
         print(f"  error: {err}")
+    return summary
 
 
 def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
@@ -74,9 +75,14 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
     measured = False
     stored = stored_cells(store_root, study)  # read once; again only after measuring
     if mode == "run" or (mode == "auto" and missing_cells(store_root, study, stored).height):
-        measure(study, base, suite.run_id, fresh=(mode == "run"))
+        summary = measure(study, base, suite.run_id, fresh=(mode == "run"))
         measured = True
         stored = stored_cells(store_root, study)
+        if stored.height == 0:  # the cause is the measurement's, not a missing mode
+            causes = "; ".join(str(e) for e in summary.errors[:3]) or "no error was reported"
+            raise FindingError(
+                f"{notebook_id}: measuring study {study.name!r} (mode {mode!r}) stored no "
+                f"results in {store_root}: {summary.failed} cells failed: {causes}")
     cells = stored
     if cells.height == 0:
         raise FindingError(

@@ -180,7 +180,9 @@ def json_object(text: str) -> dict:
 
 # (option strings, argparse keywords). The embedded server mirrors `vllm serve`.
 SERVER_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
-    (("--model",), dict(required=True, help="checkpoint directory")),
+    (("--model",), dict(default="models/embedded",
+                        help="checkpoint directory (default: %(default)s, the shipped checkpoint,"
+                             " from the repository root)")),
     (("--served-model-name",), dict(default=None, help="model id (default: --model)")),
     (("--host",), dict(default="127.0.0.1")),
     (("--port",), dict(type=int, default=8000, help="0 picks a free port")),
@@ -195,7 +197,9 @@ SERVER_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                                         help="KV budget in bytes; the target's and the "
                                              "drafter's caches draw from it")),
     (("--speculative-config", "-sc"), dict(type=json_object, default=None,
-                                           help="JSON in vLLM's keys: " + ", ".join(SPEC_KEYS))),
+                                           help="speculative decoding, a JSON object in vLLM's "
+                                                "keys: " + ", ".join(SPEC_KEYS)
+                                                + " (examples below; default: none)")),
     (("--max-waiting",), dict(type=int, default=256,
                               help="waiting-queue bound; a request past it gets 503")),
     (("--seed",), dict(type=int, default=0)),
@@ -226,6 +230,30 @@ def server_flag_names() -> list[str]:
 def server_flag_choices() -> dict[str, list[str]]:
     """The flags with a closed set of values, and those values."""
     return {options[0]: list(kw["choices"]) for options, kw in SERVER_FLAGS if "choices" in kw}
+
+
+# One `--speculative-config` per method the embedded engine serves, for `specrepro serve --help`
+# (tests/test_contract.py parses each with SpecConfig).
+SPEC_CONFIG_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("MTP head (EAGLE-style), 3 drafts", '{"method": "mtp", "num_speculative_tokens": 3}'),
+    ("block drafter, 7 drafts", '{"method": "dflash", "num_speculative_tokens": 7}'),
+    ("light block drafter, 5 drafts",
+     '{"method": "dflash", "model": "dflash_light", "num_speculative_tokens": 5}'),
+    ("draft model, 5 drafts", '{"method": "draft_model", "num_speculative_tokens": 5}'),
+    ("n-gram lookup, 3 drafts",
+     '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}'),
+    ("block drafter, 7 drafts up to 12 streams and 3 beyond",
+     '{"method": "dflash", "num_speculative_tokens": 7, '
+     '"num_speculative_tokens_per_batch_size": [[1, 12, 7], [13, 512, 3]]}'),
+)
+
+
+def spec_config_epilog() -> str:
+    """`--speculative-config` examples, one per method, as help text."""
+    lines = ["--speculative-config examples:"]
+    for what, cfg in SPEC_CONFIG_EXAMPLES:
+        lines += [f"  {what}:", f"    -sc '{cfg}'"]
+    return "\n".join(lines)
 
 
 def add_server_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -9,7 +9,9 @@ Design:
 - It executes notebooks (which measure through `specrepro.pipeline` in modes `auto`/`run`)
   but imports neither the pipeline nor the harness itself.
 - Execution: papermill with the `python3` kernel, which jupyter_client runs with this very
-  interpreter (the venv's), in the project root; the executed notebook goes to
+  interpreter (the venv's), in the project root, over IPC sockets in a temporary folder
+  (`IPCKernelManager`: over TCP without CurveZMQ keys ipykernel 7 warns on every notebook that
+  the channel is unencrypted); the executed notebook goes to
   `<reports_dir>/<nb>.ipynb` (written even when a cell fails, for the traceback), and
   nbconvert renders `<reports_dir>/<nb>.html` with its images embedded.
 - `python -m specrepro.analysis.notebooks run NB... --params FILE` is what the Makefile
@@ -19,14 +21,18 @@ Design:
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import papermill
+from jupyter_client.manager import AsyncKernelManager
 from nbconvert import HTMLExporter
 
 from specrepro.analysis.finding import MODES, project_root
@@ -96,13 +102,33 @@ def run_notebook(notebook_id: str, params_file: str | Path, *, mode: str = "auto
     try:
         papermill.execute_notebook(str(path), str(executed), parameters=parameters,
                                    kernel_name=KERNEL, cwd=str(root), progress_bar=False,
-                                   report_mode=False)
+                                   report_mode=False, kernel_manager_class=IPCKernelManager)
     finally:
         if executed.is_file():
             to_html(executed)
     print(f"{notebook_id}: executed in {time.monotonic() - start:.0f} s -> "
           f"{executed.with_suffix('.html')}")
     return executed.with_suffix(".html")
+
+
+_SOCKET_DIR: list[str] = []  # this process's folder for kernel sockets, made on first use
+
+
+def _socket_dir() -> str:
+    if not _SOCKET_DIR:
+        _SOCKET_DIR.append(tempfile.mkdtemp(prefix="specrepro-kernels-"))
+        atexit.register(shutil.rmtree, _SOCKET_DIR[0], True)
+    return _SOCKET_DIR[0]
+
+
+class IPCKernelManager(AsyncKernelManager):
+    """The notebook's kernel (nbclient's default manager) over IPC: its sockets are files in a
+    temporary folder of this process (not the project root, papermill's cwd), removed at exit."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("transport", "ipc")
+        kwargs.setdefault("ip", str(Path(_socket_dir()) / "kernel"))
+        super().__init__(**kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,7 +54,7 @@ from specrepro.embedded.protocol import (
     parse_completion,
 )
 from specrepro.embedded.server_metrics import ServerMetrics
-from specrepro.speculative import add_server_flags
+from specrepro.speculative import add_server_flags, spec_config_epilog
 
 log = logging.getLogger("specrepro.embedded.serve")
 
@@ -453,8 +453,12 @@ def _cache_info(engine, max_model_len: int) -> dict[str, str]:
 # --------------------------------------------------------------------------- command line
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specrepro serve",
-                                description="The embedded engine's OpenAI-compatible server.")
+    p = argparse.ArgumentParser(
+        prog="specrepro serve", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The embedded engine's OpenAI-compatible server (/v1/completions, "
+                    "/v1/chat/completions, /metrics); from the repository root it serves "
+                    "models/embedded with no argument.",
+        epilog=spec_config_epilog())
     return add_server_flags(p)  # the flags as data: specrepro.speculative.SERVER_FLAGS
 
 
