@@ -79,3 +79,30 @@ def test_an_unknown_top_level_key_and_a_bad_mode_fail_too(tmp_path):
     with pytest.raises(ParamsError, match="mode"):
         notebooks.check("07_the_bill", {"params_file": str(ROOT / "params" / "smoke.yaml"),
                                         "mode": "measure"})
+
+
+def test_the_html_shows_results_and_the_run_s_parameters_once_but_no_code(tmp_path):
+    """notebooks.to_html (via for_readers): code inputs hidden, papermill's injected parameters
+    shown once (the default parameters cell dropped), echoed return values dropped, displayed
+    outputs kept; the .ipynb itself is left whole."""
+    import nbformat
+
+    from specrepro.analysis.notebooks import to_html
+
+    nb = nbformat.v4.new_notebook()
+    defaults = nbformat.v4.new_code_cell('mode = "auto"  # DEFAULTS-CELL')
+    defaults.metadata["tags"] = ["parameters"]
+    injected = nbformat.v4.new_code_cell('mode = "replay"  # INJECTED-CELL')
+    injected.metadata["tags"] = ["injected-parameters"]
+    code = nbformat.v4.new_code_cell("show_table(cells)  # CODE-CELL")
+    code.outputs = [
+        nbformat.v4.new_output("display_data", data={"text/html": "<b>DISPLAYED-TABLE</b>"}),
+        nbformat.v4.new_output("execute_result", data={"text/plain": "[PosixPath('ECHO')]"},
+                               execution_count=3)]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title"), defaults, injected, code]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    page = to_html(path).read_text()
+    assert "INJECTED" in page and "DISPLAYED-TABLE" in page
+    assert "DEFAULTS" not in page and "CODE-CELL" not in page and "ECHO" not in page
+    assert "CODE-CELL" in path.read_text()  # the notebook keeps its code

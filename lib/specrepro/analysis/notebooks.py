@@ -34,6 +34,7 @@ import nbformat
 import papermill
 from jupyter_client.manager import AsyncKernelManager
 from nbconvert import HTMLExporter
+from traitlets.config import Config
 
 from specrepro.analysis.finding import MODES, project_root
 from specrepro.params import (
@@ -74,10 +75,38 @@ def check(notebook_id: str, parameters: dict[str, Any], notebooks_dir: str | Pat
     return path
 
 
+HIDE_INPUT = "specrepro-hide-input"  # the tag `for_readers` gives the inputs it hides
+
+
+def for_readers(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The executed notebook as a reviewer reads it (the .ipynb keeps everything): code inputs
+    hidden except papermill's injected parameters, which show the values this run used, once
+    (the notebook's own `parameters` cell, the defaults they replaced, is dropped); echoed
+    return values (an `Out[n]` of plain text only, such as a figure's file paths) dropped."""
+    nb = nbformat.from_dict(nb)  # a copy
+    cells = []
+    for cell in nb.cells:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if cell.cell_type == "code":
+            if "parameters" in tags and "injected-parameters" not in tags:
+                continue
+            if "injected-parameters" not in tags:  # nbconvert's TagRemovePreprocessor
+                cell.metadata["tags"] = sorted(tags | {HIDE_INPUT})
+            cell.outputs = [o for o in cell.get("outputs", [])
+                            if not (o.output_type == "execute_result"
+                                    and set(o.get("data", {})) <= {"text/plain"})]
+        cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
 def to_html(executed: Path) -> Path:
-    """Render an executed notebook to HTML beside it, images embedded."""
-    nb = nbformat.read(executed, as_version=4)
-    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    """Render an executed notebook to HTML beside it, images embedded, as `for_readers` shows it."""
+    nb = for_readers(nbformat.read(executed, as_version=4))
+    config = Config()
+    config.TagRemovePreprocessor.enabled = True
+    config.TagRemovePreprocessor.remove_input_tags = {HIDE_INPUT}
+    exporter = HTMLExporter(config=config, template_name="lab", embed_images=True)
     body, _ = exporter.from_notebook_node(nb)
     out = executed.with_suffix(".html")
     out.write_text(body, encoding="utf-8")
