@@ -69,6 +69,42 @@ def random_prompts(n: int, seed: int) -> list[list[int]]:
     return out
 
 
+def self_distilled(ckpt: Path, name: str, cfg, batch_kwargs=lambda g: {}, steps: int = 60):
+    """Drafter `name` of DrafterConfig `cfg`, trained `steps` steps on the tiny target's own
+    greedy continuations (16 random 4-token starts + 28 tokens, labels the target's argmax)
+    so that its drafts get accepted, and saved into checkpoint `ckpt` beside the others.
+    `batch_kwargs(generator)` gives the extra `training_loss` arguments of each step (a block
+    drafter's anchors and block lengths)."""
+    import torch
+
+    from specrepro.embedded.checkpoint import load_target, save_drafters
+    from specrepro.embedded.config import EngineConfig
+    from specrepro.embedded.engine import LLMEngine
+    from specrepro.embedded.proposers import build_proposer
+    from specrepro.embedded.sampling import SamplingParams
+
+    target, tok = load_target(ckpt)
+    torch.manual_seed(0)
+    prop = build_proposer(cfg, target).train()
+    g = torch.Generator().manual_seed(0)
+    eng = LLMEngine(EngineConfig(model_dir=str(ckpt), max_num_seqs=8, max_model_len=64))
+    starts = [p[:4] for p in random_prompts(16, seed=5)]
+    outs = eng.generate(starts, SamplingParams(temperature=0.0), 28, ignore_eos=True)
+    seqs = torch.tensor([s + o for s, o in zip(starts, outs)])  # [16, 32]
+    target.requires_grad_(False)
+    opt = torch.optim.AdamW(prop.parameters(), lr=3e-3)
+    for _ in range(steps):
+        with torch.no_grad():
+            out = target(seqs, hidden_layers=prop.target_layers)
+        labels = out.logits.argmax(-1)
+        labels[:, :4] = -100  # the random starts are no target output
+        loss, _ = prop.training_loss(seqs, labels, out.hidden, **batch_kwargs(g))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    save_drafters(ckpt, target, tok, {name: prop.eval()}, add=True)
+    return ckpt
+
 
 def decode_program_without_host_reads(eng, k: int, monkeypatch) -> dict:
     """Run an engine's static decode program (graphs.py) at batch bucket 4 with every host

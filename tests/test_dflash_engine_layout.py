@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from conftest import decode_program_without_host_reads, random_prompts
+from conftest import decode_program_without_host_reads, random_prompts, self_distilled
 from specrepro.embedded.checkpoint import load_proposer, load_target, save_drafters
 from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import LLMEngine
@@ -130,29 +130,9 @@ def engine_checkpoint(tiny_checkpoint, tmp_path_factory):
     target's own greedy continuations so that drafts are accepted."""
     d = tmp_path_factory.mktemp("engine_layout") / "ckpt"
     shutil.copytree(tiny_checkpoint, d)
-    target, tok = load_target(d)
-    torch.manual_seed(0)
-    prop = build_proposer(ENGINE_CFG, target).train()
-    g = torch.Generator().manual_seed(0)
-    eng = LLMEngine(EngineConfig(model_dir=str(d), max_num_seqs=8, max_model_len=64))
-    seqs = torch.tensor([p[:4] + o for p, o in zip(
-        random_prompts(16, seed=5), eng.generate([p[:4] for p in random_prompts(16, seed=5)],
-                                                 GREEDY, 28, ignore_eos=True))])  # [16, 32]
-    target.requires_grad_(False)
-    opt = torch.optim.AdamW(prop.parameters(), lr=3e-3)
-    for _ in range(60):
-        with torch.no_grad():
-            out = target(seqs, hidden_layers=prop.target_layers)
-        labels = out.logits.argmax(-1)
-        labels[:, :4] = -100
-        anchors = torch.randint(3, 32 - 8 + 2, (16, 4), generator=g)
-        lens = torch.randint(2, 9, (16,), generator=g)
-        loss, _ = prop.training_loss(seqs, labels, out.hidden, anchors, block_lens=lens)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    save_drafters(d, target, tok, {"dflash_engine": prop.eval()}, add=True)
-    return d
+    return self_distilled(d, "dflash_engine", ENGINE_CFG, lambda g: {
+        "anchors": torch.randint(3, 32 - 8 + 2, (16, 4), generator=g),
+        "block_lens": torch.randint(2, 9, (16,), generator=g)})
 
 
 def _generate(ckpt, k, static, max_num_seqs):

@@ -9,8 +9,8 @@ import shutil
 import pytest
 import torch
 
-from conftest import random_prompts
-from specrepro.embedded.checkpoint import load_proposer, load_target, save_drafters
+from conftest import random_prompts, self_distilled
+from specrepro.embedded.checkpoint import load_proposer, load_target
 from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import LLMEngine
 from specrepro.embedded.proposers import DrafterConfig, build_proposer
@@ -108,26 +108,7 @@ def eagle_checkpoint(tiny_checkpoint, tmp_path_factory):
     own greedy continuations so that drafts are accepted."""
     d = tmp_path_factory.mktemp("eagle") / "ckpt"
     shutil.copytree(tiny_checkpoint, d)
-    target, tok = load_target(d)
-    torch.manual_seed(0)
-    head = build_proposer(EAGLE_CFG, target).train()
-    eng = LLMEngine(EngineConfig(model_dir=str(d), max_num_seqs=8, max_model_len=64))
-    starts = [p[:4] for p in random_prompts(16, seed=5)]
-    seqs = torch.tensor([s + o for s, o in zip(starts, eng.generate(starts, GREEDY, 28,
-                                                                    ignore_eos=True))])
-    target.requires_grad_(False)
-    opt = torch.optim.AdamW(head.parameters(), lr=3e-3)
-    for _ in range(60):
-        with torch.no_grad():
-            out = target(seqs, hidden_layers=head.target_layers)
-        labels = out.logits.argmax(-1)
-        labels[:, :4] = -100
-        loss, _ = head.training_loss(seqs, labels, out.hidden)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    save_drafters(d, target, tok, {"eagle": head.eval()}, add=True)
-    return d
+    return self_distilled(d, "eagle", EAGLE_CFG)
 
 
 def _generate(ckpt, k, static, max_num_seqs):
