@@ -46,7 +46,8 @@ def study_for(params_file: str | Path, notebook_id: str, overrides: dict | None 
 def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool):
     """Measure the study into the store through the harness's runner (the only call that
     starts engines); fresh=True measures every cell again as a new attempt. Engines start
-    in the project root, where the profiles' relative model paths point."""
+    in the project root, where the profiles' relative model paths point. Returns the runner's
+    RunSummary (its errors say why cells failed)."""
     from specrepro.harness.runner import run_study  # the harness is needed only to measure
 
     store = results.ResultStore(results_dir, study.name, run_id)

@@ -124,6 +124,14 @@ def list_drafters(directory: str | Path) -> dict[str, str]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def read_drafter_config(cfg_path: Path) -> DrafterConfig:
+    """The DrafterConfig a drafter folder's config.json stores (its weights are not read)."""
+    raw = json.loads(Path(cfg_path).read_text())
+    if DRAFTER_KEY not in raw:
+        raise ValueError(f"{cfg_path}: no {DRAFTER_KEY!r} key")
+    return DrafterConfig.from_dict(raw[DRAFTER_KEY])
+
+
 def load_proposer(directory: str | Path, method: str, target: Qwen3Model, device=None,
                   dtype: torch.dtype | None = None, name: str | None = None) -> Proposer:
     """The drafter stored in subfolder `name` (default: the method's name) of `directory`.
@@ -142,10 +150,7 @@ def load_proposer(directory: str | Path, method: str, target: Qwen3Model, device
         raise ValueError(f"drafter folder {sub} is not listed in {index} (stored:"
                          f" {list_drafters(directory)}): a leftover of an earlier build, trained"
                          " on other weights; rebuild it (`make models`) or remove it")
-    raw = json.loads(cfg_path.read_text())
-    if DRAFTER_KEY not in raw:
-        raise ValueError(f"{cfg_path}: no {DRAFTER_KEY!r} key")
-    cfg = DrafterConfig.from_dict(raw[DRAFTER_KEY])
+    cfg = read_drafter_config(cfg_path)
     if cfg.method != method:
         raise ValueError(f"{cfg_path}: drafter is {cfg.method!r}, asked for {method!r}")
     prop = PROPOSERS[method](cfg, target.config, target)

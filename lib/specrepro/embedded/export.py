@@ -46,7 +46,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from specrepro.embedded.checkpoint import DRAFTER_KEY, list_drafters, load_proposer, load_target
+from specrepro.embedded.checkpoint import (
+    list_drafters,
+    load_proposer,
+    load_target,
+    read_drafter_config,
+)
 from specrepro.embedded.proposers import DrafterConfig
 
 ENGINES = ("vllm", "sglang")
@@ -89,10 +94,7 @@ class _Source:
         path = self.dir / name / "config.json"
         if name not in self.index or not path.is_file():
             raise ValueError(f"no drafter {name!r} in {self.dir} (stored: {self.index})")
-        raw = json.loads(path.read_text())
-        if DRAFTER_KEY not in raw:
-            raise ValueError(f"{path}: no {DRAFTER_KEY!r} key")
-        return DrafterConfig.from_dict(raw[DRAFTER_KEY]), path
+        return read_drafter_config(path), path
 
 
 # --------------------------------------------------------------------------- checks
@@ -223,7 +225,7 @@ def _sources(checkpoint: Path, name: str) -> dict[str, str]:
     drafter's config and weights, a light drafter's trunk's, the target config (the shapes) and
     the tokenizer (the mask token)."""
     files = ["config.json", "tokenizer.json", f"{name}/config.json", f"{name}/model.safetensors"]
-    trunk = json.loads((checkpoint / name / "config.json").read_text())[DRAFTER_KEY].get("trunk")
+    trunk = read_drafter_config(checkpoint / name / "config.json").trunk
     if trunk:
         files += [f"{trunk['drafter']}/config.json", f"{trunk['drafter']}/model.safetensors"]
     return {f: _sha256(checkpoint / f) for f in files}

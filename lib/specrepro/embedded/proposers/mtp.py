@@ -96,6 +96,20 @@ class MTPHead(Proposer):
     def _in_proj(self) -> nn.Linear:
         return self.fc if self.eagle else self.eh_proj
 
+    @property
+    def _layer(self) -> DecoderLayer:
+        return self.layers[0] if self.eagle else self.layer
+
+    def _layer_input(self, h, next_tokens):
+        # h [B, S, D], next_tokens [B, S] -> the layer's input [B, S, D], in each layout's order
+        emb = self.shared.embed(next_tokens)
+        if self.eagle:
+            return self.fc(torch.cat([emb, h], -1))
+        return self.eh_proj(torch.cat([self.hnorm(h), self.enorm(emb)], -1))
+
+    def _rope(self, positions, dtype):
+        return rope_cos_sin(positions, self.target_cfg.head_dim, self.target_cfg.rope_theta, dtype)
+
     def head_input(self, h):
         """The target's hidden state as the head reads it at its first step: h [B, S, D] is the
         last block's output before the final norm; EAGLE reads it after the target's norm."""
@@ -105,18 +119,13 @@ class MTPHead(Proposer):
         # h: [B, S, D] hidden at positions (head_input's, or the previous step's output);
         # next_tokens: [B, S] tokens at positions+1. With `slots`, K/V go to (slot, position)
         # of the head's cache (serving).
-        emb = self.shared.embed(next_tokens)
-        if self.eagle:
-            z, layer = self.fc(torch.cat([emb, h], -1)), self.layers[0]
-        else:
-            z, layer = self.eh_proj(torch.cat([self.hnorm(h), self.enorm(emb)], -1)), self.layer
-        cos, sin = rope_cos_sin(positions, self.target_cfg.head_dim, self.target_cfg.rope_theta,
-                                z.dtype)
+        z = self._layer_input(h, next_tokens)
+        cos, sin = self._rope(positions, z.dtype)
         kw = {}
         if slots is not None:
             kw = {"kv_cache": self.cache.layer(0), "slots": slots, "positions": positions,
                   "kv_len": self._kv_len(positions, self.cache.max_len)}
-        return layer(z, cos, sin, **kw)  # [B, S, D]
+        return self._layer(z, cos, sin, **kw)  # [B, S, D]
 
     def logits(self, h):
         return self.shared.lm_head(h if self.eagle else self.norm(h))
@@ -124,16 +133,16 @@ class MTPHead(Proposer):
     def _unrolled_layer(self, z, positions, past_k, past_v, mask):
         """The head's layer over z [B, n, D] at positions [B, n], attending to past keys and
         values [B, KV, P, hd] (None at step 1) and its own, under mask [n, P + n] (True =
-        attend). Returns the output [B, n, D] and its own keys and values [B, KV, n, hd]."""
-        layer = self.layers[0] if self.eagle else self.layer
-        cos, sin = rope_cos_sin(positions, self.target_cfg.head_dim, self.target_cfg.rope_theta,
-                                z.dtype)
+        attend). Returns the output [B, n, D] and the keys and values it attended to, the past
+        ones then its own [B, KV, P + n, hd]: the next step's past."""
+        layer = self._layer
+        cos, sin = self._rope(positions, z.dtype)
         q, k, v = layer.self_attn.project(layer.input_layernorm(z), cos, sin)
         keys = k if past_k is None else torch.cat([past_k, k], 2)
         vals = v if past_v is None else torch.cat([past_v, v], 2)
         out = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, enable_gqa=True)
         z = z + layer.self_attn.o_proj(out.transpose(1, 2).reshape(*z.shape[:2], -1))
-        return z + layer.mlp(layer.post_attention_layernorm(z)), k, v
+        return z + layer.mlp(layer.post_attention_layernorm(z)), keys, vals
 
     def unrolled_logits(self, tokens, hidden):
         """tokens [B, T]; hidden: [last-layer hidden [B, T, D]] -> one logits tensor
@@ -151,9 +160,7 @@ class MTPHead(Proposer):
         for j in range(1, self.cfg.mtp_train_depth + 1):
             n = T - j  # chains 0..n-1 still have a label at step j
             pos = (torch.arange(n, device=dev) + j - 1).expand(B, n)
-            emb = self.shared.embed(tokens[:, j:])
-            z = (self.fc(torch.cat([emb, h[:, :n]], -1)) if self.eagle
-                 else self.eh_proj(torch.cat([self.hnorm(h[:, :n]), self.enorm(emb)], -1)))
+            z = self._layer_input(h[:, :n], tokens[:, j:])
             rows = torch.arange(n, device=dev)[:, None]
             if j == 1:
                 mask = rows >= torch.arange(n, device=dev)[None]  # causal [n, n]
@@ -163,9 +170,7 @@ class MTPHead(Proposer):
                 blocks = [rows >= torch.arange(T - 1, device=dev)[None]]
                 blocks += [rows == torch.arange(T - m, device=dev)[None] for m in range(2, j + 1)]
                 mask = torch.cat(blocks, 1)
-            h, k, v = self._unrolled_layer(z, pos, past_k, past_v, mask)
-            past_k = k if past_k is None else torch.cat([past_k, k], 2)
-            past_v = v if past_v is None else torch.cat([past_v, v], 2)
+            h, past_k, past_v = self._unrolled_layer(z, pos, past_k, past_v, mask)
             out.append(self.logits(h))
         return out
 

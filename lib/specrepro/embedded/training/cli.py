@@ -37,6 +37,7 @@ from specrepro.embedded.checkpoint import (
     list_drafters,
     load_proposer,
     load_target,
+    read_drafter_config,
     save_checkpoint,
     save_drafters,
 )
@@ -263,7 +264,8 @@ def quality_only(args, argv, r: Recipe, log: Log, device, hardware: str, docs, m
     q = {}
     for split in quality.SPLITS:
         spec = quality.QualitySpec(**{**r.quality, "split": split})
-        q[split] = quality.evaluate(target32, tok, props, docs, spec, log)
+        known = q["validation"]["perplexity"] if "validation" in q else None
+        q[split] = quality.evaluate(target32, tok, props, docs, spec, log, known)
         if old is not None:  # keep the stored figures of the drafters not measured now
             kept = [row for row in old["quality"][split]["acceptance"]
                     if row["drafter"] not in props and row["drafter"] in stored]
@@ -277,8 +279,9 @@ def quality_only(args, argv, r: Recipe, log: Log, device, hardware: str, docs, m
         for res in (old or {}).get("quality", {}).values() for row in res["acceptance"]}
     measured_on = {n: m for n, m in old_on.items() if n in stored and n not in props}
     measured_on.update({n: hardware for n in props})
-    # every stored drafter's config, in the index's order
-    drafters = {n: load_proposer(src, m, target, name=n).cfg.to_dict() for n, m in stored.items()}
+    # every stored drafter's config, in the index's order (the measured ones' are in props)
+    drafters = {n: (props[n].cfg if n in props else read_drafter_config(src / n / "config.json")
+                    ).to_dict() for n in stored}
     info = {"hardware": hardware, "quality_wall_s": time.time() - t0, "corpus": manifest,
             "training": {name: run["info"] for name, run in runs.items()},
             "drafters": drafters, "measured_on": measured_on}

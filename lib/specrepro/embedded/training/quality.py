@@ -235,14 +235,19 @@ def acceptance_runs(prop: Proposer, spec: QualitySpec) -> list[tuple[int, float]
 
 
 def evaluate(target: Qwen3Model, tok: Tokenizer, proposers: dict[str, Proposer],
-             docs: list[Document], spec: QualitySpec, log=print) -> dict:
-    """All figures: {"perplexity": {domain: ppl}, "acceptance": [rows]}."""
+             docs: list[Document], spec: QualitySpec, log=print,
+             perplexity_known: dict | None = None) -> dict:
+    """All figures: {"perplexity": {domain: ppl}, "acceptance": [rows]}. `perplexity_known`:
+    the target's perplexities from another split's run, reused (they do not depend on the
+    prompts' split)."""
     result: dict = {"perplexity": {}, "acceptance": [], "prompts": {}, "split": spec.split}
     max_new = dict(spec.max_new)
     domains = [d for d in DOMAINS if any(x.domain == d and x.split == "heldout" for x in docs)]
     for dom in domains:
         texts = [d.text for d in docs if d.domain == dom and d.split == "heldout"]
-        result["perplexity"][dom] = perplexity(target, tok, texts, spec.ppl_tokens, spec.ppl_window)
+        result["perplexity"][dom] = (perplexity_known[dom] if perplexity_known else
+                                     perplexity(target, tok, texts, spec.ppl_tokens,
+                                                spec.ppl_window))
         prompts = split_prompts(docs, dom, spec, tok)
         result["prompts"][dom] = len(prompts)
         if not prompts:  # a small corpus's held-out part can end before the test split
