@@ -11,6 +11,8 @@ Design:
   against, whatever temperature a suite measures at (the embedded suites run notebook 01
   greedy, article A's sweep is at T=0.7). Unset: a published figure matches only a measured
   level at its own temperature. Where the two differ, tables and figures say so.
+- `checks`: the verdict rules, one per sub-claim (analysis/rules.py says what a rule is;
+  analysis/verdicts.py evaluates them), validated here on load.
 - Every published arm id is checked against `published/arms.csv` on load, so a typo fails
   here, naming the notebook and the id.
 """
@@ -23,7 +25,8 @@ from importlib import resources
 
 import yaml
 
-from specrepro.published import load_arms
+from specrepro.analysis.rules import Rule, parse_checks
+from specrepro.published import load_arms, load_gates
 
 
 class ClaimsError(ValueError):
@@ -57,6 +60,7 @@ class Claims:
     prefer: tuple[Preference, ...] = ()
     cannot_test: tuple[Untestable, ...] = ()
     published_temperature: float | None = None  # None: match the measured temperature
+    checks: tuple[Rule, ...] = ()  # the verdict rules (analysis/rules.py)
 
     def compared_temperature(self, measured: float | None) -> float | None:
         """The temperature of the published figures compared with a level measured at
@@ -80,6 +84,7 @@ class Claims:
 def all_claims() -> dict[str, Claims]:
     raw = yaml.safe_load(resources.files(__package__).joinpath("claims.yaml").read_text())
     known = set(load_arms()["arm"].to_list())
+    gates = set(load_gates()["gate"].to_list())
     out = {}
     for nb, entry in raw.items():
         for study_arm, pub in entry.get("arms", {}).items():
@@ -98,6 +103,8 @@ def all_claims() -> dict[str, Claims]:
             prefer=tuple(Preference(**p) for p in entry.get("prefer", [])),
             cannot_test=tuple(Untestable(**u) for u in entry.get("cannot_test", [])),
             published_temperature=_temperature(nb, entry.get("published_temperature")),
+            checks=parse_checks(entry.get("checks"), nb, known, gates,
+                                set(entry.get("arms", {}))),
         )
     return out
 

@@ -1,322 +1,536 @@
-"""One line per notebook: does the finding's shape hold here, and why, computed from the data.
+"""A finding's verdict: each check of its claim (claims.yaml `checks:`) evaluated on the cells.
 
 Design:
-- A verdict is a list of checks, each a comparison the article's finding implies
-  (block drafter tokens per step > MTP's; acceptance falls with temperature; ...), with the
-  measured numbers in its sentence. A check whose arms or levels the study did not measure
-  is `None` (not tested here) and never counts as holding.
-- The finding's shape holds when at least one check holds and none fails; it does not hold
-  when any check fails; otherwise this run cannot tell.
-- Arms are recognised from the cells (method, draft count, schedule, engine), not from arm
-  names, so a suite that renames arms still gets its verdict.
+- The rules are data (analysis/rules.py); this module evaluates them on a `Finding` and
+  the articles' published figures, and nothing here names a published number or an arm.
+- Each check gives one of four outcomes (rules.OUTCOMES), the article's value and the
+  measured one as text (with the level and temperature each was taken at), the ratio of the
+  measured effect to the article's, and the rule in words, so a reader sees why.
+- A side's level resolves per side: `lowest` / `highest` is the lowest / highest
+  concurrency at which both arms were measured, on the measured side and, separately, in
+  the article (which may have reached 16 streams where this study stops at 8: both are
+  named). A published figure matches a measured one at the same workload (claims.yaml
+  `workloads` maps names) and temperature (or claims.yaml `published_temperature`).
+- The finding's outcome is judged over the article's checks only: any check that does not
+  hold makes it "does not hold"; all tested checks holding makes it "holds"; some holding
+  in direction only, "holds in direction only"; none testable, "not testable here".
+  Substitute gates (a suite's own, where the article's cannot be measured) stand beside,
+  labelled, and never decide it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+import functools
+import operator
 from dataclasses import dataclass, field
 
 import polars as pl
 
-from specrepro.analysis import tables
+from specrepro import metrics
+from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding
-from specrepro.analysis.gates import evaluate_gates
+from specrepro.analysis.gates import evaluate_gate
+from specrepro.analysis.rules import METRICS, OUTCOMES, SYMBOLS, Rule, Side
+from specrepro.published import load_gates, load_published
+
+STATS = ("value", "mean", "approx")
+_OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
 
 @dataclass
-class Check:
-    holds: bool | None
-    detail: str
+class CheckResult:
+    claim: str
+    outcome: str
+    article: str = ""
+    measured: str = ""
+    ratio: float | None = None  # measured effect / article effect
+    rule: str = ""
+    reason: str = ""            # why not testable, or what decided it
+    substitute: bool = False    # a suite's own gate, standing beside the article's
+
+    @property
+    def symbol(self) -> str:
+        return SYMBOLS[self.outcome]
+
+    def as_dict(self) -> dict:
+        return {"claim": self.claim, "article": self.article, "measured": self.measured,
+                "ratio": self.ratio, "outcome": self.outcome, "symbol": self.symbol,
+                "rule": self.rule, "reason": self.reason, "substitute": self.substitute}
 
 
 @dataclass
 class Verdict:
     notebook_id: str
-    checks: list[Check] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        states = [c.outcome for c in self.checks if not c.substitute]
+        if "does not hold" in states:
+            return "does not hold"
+        tested = [s for s in states if s != "not testable here"]
+        if not tested:
+            return "not testable here"
+        return "holds" if all(s == "holds" for s in tested) else "holds in direction only"
+
+    @property
+    def symbol(self) -> str:
+        return SYMBOLS[self.outcome]
 
     @property
     def holds(self) -> bool | None:
-        states = [c.holds for c in self.checks]
-        if False in states:
-            return False
-        return True if True in states else None
+        return {"holds": True, "does not hold": False}.get(self.outcome)
 
     @property
     def text(self) -> str:
-        tested = [c.detail for c in self.checks if c.holds is not None]
-        untested = [c.detail for c in self.checks if c.holds is None]
-        if self.holds is True:
-            head = "shape holds here: " + "; ".join(tested)
-        elif self.holds is False:
-            failed = [c.detail for c in self.checks if c.holds is False]
-            kept = [c.detail for c in self.checks if c.holds is True]
-            head = "does not hold: " + "; ".join(failed)
-            if kept:
-                head += " (as the article: " + "; ".join(kept) + ")"
-        else:
-            head = "cannot tell here: nothing the finding needs was measured"
-        if untested:
-            head += " [not tested here: " + "; ".join(untested) + "]"
-        return head + "."
+        own = [c for c in self.checks if not c.substitute]
+        counts = {o: sum(c.outcome == o for c in own) for o in OUTCOMES}
+        parts = [f"{n} {o}" for o, n in counts.items() if n]
+        return f"{self.outcome} ({', '.join(parts) or 'no checks'} of {len(own)} checks)"
 
 
-def _fmt(x: float | None, nd: int = 2) -> str:
-    return "n/a" if x is None else f"{x:.{nd}f}"
+class _Untestable(Exception):
+    """A check cannot be evaluated on this run; the message says why."""
 
 
-def _mean(cells: pl.DataFrame, col: str, **where) -> float | None:
-    part = cells
-    for k, v in where.items():
-        part = part.filter(pl.col(k) == v)
-    vals = part[col].drop_nulls()
-    return float(vals.mean()) if vals.len() else None
+# ------------------------------------------------------------------ measured side
 
 
-def _arm(cells: pl.DataFrame, method: str, k: int | None = None, static: bool = True
-         ) -> str | None:
-    part = cells.filter(pl.col("method") == method)
-    if k is not None:
-        part = part.filter(pl.col("num_speculative_tokens") == k)
-    if static:
-        part = part.filter(pl.col("schedule").is_null())
-    arms = part["arm"].unique(maintain_order=True).to_list()
-    return arms[0] if arms else None
+@dataclass
+class _Measured:
+    values: list[float]
+    workload: str | None
+    concurrency: int | None
+    temperature: float | None
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+    @property
+    def lo(self) -> float:
+        return min(self.values)
+
+    @property
+    def hi(self) -> float:
+        return max(self.values)
 
 
-def _label(f: Finding, arm: str) -> str:
-    return f.labels.get(arm, arm)
+def _arm_cells(f: Finding, arm: str) -> pl.DataFrame:
+    if arm not in {a.name for a in f.study.arms}:
+        raise _Untestable(f"this suite's study has no arm {arm!r}")
+    cells = f.cells.filter(pl.col("arm") == arm)
+    if not cells.height:
+        raise _Untestable(f"arm {arm!r} has no successful measurement")
+    return cells
 
 
-# ----------------------------------------------------------------------- per notebook
+def _only(cells: pl.DataFrame, column: str, wanted, what: str):
+    have = sorted(set(cells[column].drop_nulls().to_list()))
+    if wanted is not None:
+        if wanted not in have:
+            raise _Untestable(f"{what} {wanted!r} was not measured (measured: {have})")
+        return wanted
+    if len(have) != 1:
+        raise _Untestable(f"the check names no {what} and the study measured {have}")
+    return have[0]
 
 
-def drafter_block_sweep(f: Finding) -> Verdict:
-    c, v = f.cells, Verdict(f.notebook_id)
-    mtp = _arm(c, "mtp")
-    lo, hi = c["concurrency"].min(), c["concurrency"].max()
-    blocks = c.filter(pl.col("method") == "dflash")
-    k5 = _arm(c, "dflash", 5)
-    best = k5 or (blocks.sort("acceptance_length", descending=True)["arm"][0]
-                  if blocks.height else None)
-    if mtp and best:
-        a_b = _mean(c, "acceptance_length", arm=best, concurrency=lo)
-        a_m = _mean(c, "acceptance_length", arm=mtp, concurrency=lo)
-        temps = ", ".join(f"T={t:g}" for t in sorted(c["temperature"].unique().to_list()))
-        v.checks.append(Check(None if None in (a_b, a_m) else a_b > a_m,
-                              f"{_label(f, best)} keeps {_fmt(a_b)} tokens per step at "
-                              f"{lo} stream(s) against MTP's {_fmt(a_m)} ({temps})"))
+def _resolve(f: Finding, side: Side, other: Side | None) -> tuple[pl.DataFrame, dict]:
+    """The cells of one side at its workload and temperature, and the levels both sides share."""
+    cells = _arm_cells(f, side.arm)
+    workload = _only(cells, "workload", side.workload, "workload")
+    temp = _only(cells, "temperature", side.temperature, "temperature")
+    part = cells.filter((pl.col("workload") == workload) & (pl.col("temperature") == temp))
+    levels = set(part["concurrency"].to_list())
+    if other is not None:
+        oc = _arm_cells(f, other.arm)
+        ow = _only(oc, "workload", other.workload or side.workload, "workload")
+        ot = _only(oc, "temperature", other.temperature, "temperature")
+        levels &= set(oc.filter((pl.col("workload") == ow) & (pl.col("temperature") == ot))
+                      ["concurrency"].to_list())
+    return part, {"workload": workload, "temperature": temp, "levels": sorted(levels)}
+
+
+def _level(wanted, levels: list[int], where: str) -> int | None:
+    if wanted == "any":
+        return None
+    if not levels:
+        raise _Untestable(f"{where}: no concurrency level has both arms measured")
+    if wanted == "lowest":
+        return levels[0]
+    if wanted == "highest":
+        return levels[-1]
+    if wanted not in levels:
+        raise _Untestable(f"{where}: {wanted} streams were not measured (measured: {levels})")
+    return wanted
+
+
+def _measure(f: Finding, side: Side, other: Side | None, metric: str) -> _Measured:
+    part, at = _resolve(f, side, other)
+    level = _level(side.concurrency, at["levels"], side.arm)
+    if level is not None:
+        part = part.filter(pl.col("concurrency") == level)
+    spec = METRICS[metric]
+    vals = [float(v) * spec["scale"] for v in part[spec["column"]].drop_nulls().to_list()]
+    if not vals:
+        raise _Untestable(f"{spec['words']} of {side.arm!r} was not measured on this run")
+    return _Measured(vals, at["workload"], level, at["temperature"])
+
+
+# ------------------------------------------------------------------- article side
+
+
+@functools.cache
+def _published() -> pl.DataFrame:
+    return load_published()
+
+
+def _article_arm(claims: Claims, side: Side) -> str:
+    arm = side.article_arm or claims.arms.get(side.arm)
+    if arm is None:
+        raise _Untestable(f"claims.yaml maps no published arm to {side.arm!r}")
+    return arm
+
+
+def _pub_rows(claims: Claims, arm: str, metric: str, m: _Measured, side: Side,
+              stats=STATS) -> pl.DataFrame:
+    """Published rows of one arm and metric at the measured side's workload and
+    temperature (claims.yaml's published_temperature where it is set)."""
+    rows = _published().filter((pl.col("arm") == arm) & (pl.col("metric") == metric)
+                               & pl.col("stat").is_in(list(stats)))
+    if side.concurrency == "any":  # an arm-level fact (KV pool): no level
+        return rows.filter(pl.col("concurrency").is_null())
+    temp = side.temperature if side.temperature is not None else \
+        claims.compared_temperature(m.temperature)
+    work = claims.published_workload(m.workload)
+    return rows.filter((pl.col("workload") == work) & (pl.col("temperature") == temp)
+                       & pl.col("concurrency").is_not_null())
+
+
+def _choose(rows: pl.DataFrame, claims: Claims) -> dict:
+    """Of several published rows for one point, the one claims.yaml prefers, else a
+    table's, else the first printed."""
+    dicts = rows.to_dicts()
+    for p in claims.prefer:
+        hit = [r for r in dicts if r["arm"] == p.arm and r["metric"] == p.metric
+               and p.source in r["source"]]
+        if hit:
+            return hit[0]
+    tables = [r for r in dicts if r["source"].startswith("table:")]
+    return (tables or dicts)[0]
+
+
+def _article_pair(claims: Claims, rule: Rule, ma: _Measured, mb: _Measured
+                  ) -> tuple[float, float, int | None, float | None]:
+    """The article's values of a and b at the level the rule names (resolved on the
+    article's own levels), with that level and temperature."""
+    pa = _pub_rows(claims, _article_arm(claims, rule.a), rule.metric, ma, rule.a)
+    pb = _pub_rows(claims, _article_arm(claims, rule.b), rule.metric, mb, rule.b)
+    pa, pb = pa.filter(pl.col("repeat").is_null()), pb.filter(pl.col("repeat").is_null())
+    if rule.a.concurrency == "any":
+        if not pa.height or not pb.height:
+            raise _Untestable("the article prints no such figure for both arms")
+        ra, rb = _choose(pa, claims), _choose(pb, claims)
+        return ra["value"], rb["value"], None, (None, None)
+    levels = sorted(set(pa["concurrency"].to_list()) & set(pb["concurrency"].to_list()))
+    level = rule.a.concurrency
+    if level in ("lowest", "highest") and levels:
+        level = levels[0] if level == "lowest" else levels[-1]
+    pa, pb = pa.filter(pl.col("concurrency") == level), pb.filter(pl.col("concurrency") == level)
+    if not pa.height or not pb.height:
+        raise _Untestable(f"the article prints no {METRICS[rule.metric]['words']} of both "
+                          f"arms at {rule.a.concurrency} streams")
+    ra, rb = _choose(pa, claims), _choose(pb, claims)
+    return ra["value"], rb["value"], level, (ra["temperature"], rb["temperature"])
+
+
+def _article_single(claims: Claims, side: Side, metric: str, m: _Measured) -> float:
+    """The article's value of one arm at the side's level (on the article's own levels)."""
+    rows = _pub_rows(claims, _article_arm(claims, side), metric, m, side) \
+        .filter(pl.col("repeat").is_null())
+    levels = sorted(set(rows["concurrency"].drop_nulls().to_list()))
+    level = side.concurrency
+    if level in ("lowest", "highest") and levels:
+        level = levels[0] if level == "lowest" else levels[-1]
+    if level != "any":
+        rows = rows.filter(pl.col("concurrency") == level)
+    if not rows.height:
+        raise _Untestable(f"the article prints no {METRICS[metric]['words']} of "
+                          f"{_article_arm(claims, side)!r} there")
+    return _choose(rows, claims)["value"]
+
+
+# ---------------------------------------------------------------------- formatting
+
+
+def _num(x: float, unit: str = "") -> str:
+    text = f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+    return text + unit if unit == "%" else f"{text} {unit}".strip()
+
+
+def _at(level: int | None, temp: float | None, other_temp: float | None = None) -> str:
+    """'; 8 streams, T=0.7' (against another temperature where b's differs), or ''."""
+    parts = []
+    if level is not None:
+        parts.append(f"{level} stream{'s' if level != 1 else ''}")
+    if temp is not None:
+        parts.append(f"T={temp:g}" + (f" against T={other_temp:g}"
+                                      if other_temp is not None and other_temp != temp else ""))
+    return "; " + ", ".join(parts) if parts else ""
+
+
+def _runs(m: _Measured, unit: str) -> str:
+    if len(m.values) == 1:
+        return f"{_num(m.mean, unit)} (1 run)"
+    if m.lo == m.hi:
+        return f"{_num(m.mean, unit)} ({len(m.values)} runs, identical)"
+    return (f"{_num(m.mean, unit)} (range {_num(m.lo)}–{_num(m.hi)}, "
+            f"{len(m.values)} runs)")
+
+
+def _ties(ma: _Measured, mb: _Measured) -> bool | None:
+    """Whether the two cells' run-to-run ranges overlap; None when neither has repeats."""
+    if len(ma.values) < 2 and len(mb.values) < 2:
+        return None
+    return max(ma.lo, mb.lo) <= min(ma.hi, mb.hi)
+
+
+# ------------------------------------------------------------------------ the kinds
+
+
+def _compare(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
+    unit = METRICS[rule.metric]["unit"]
+    ma = _measure(f, rule.a, rule.b, rule.metric)
+    mb = _measure(f, rule.b, rule.a, rule.metric)
+    change = metrics.relative_change_pct(ma.mean, mb.mean)
+    if change is None:
+        raise _Untestable("the reference arm measured zero")
+    tie = _ties(ma, mb)
+    noise = {None: "1 run each: no spread measured", True: "inside the run-to-run range",
+             False: "outside the run-to-run range"}[tie]
+    measured = (f"{change:+.1f}% ({_runs(ma, unit)} against {_runs(mb, unit)}"
+                f"{_at(ma.concurrency, ma.temperature, mb.temperature)})")
+    res = CheckResult(rule.claim, "does not hold", measured=measured, rule=rule.text())
+    try:
+        va, vb, level, temp = _article_pair(claims, rule, ma, mb)
+        art_change = metrics.relative_change_pct(va, vb)
+        res.article = (f"{art_change:+.1f}% ({_num(va, unit)} against {_num(vb, unit)}"
+                       f"{_at(level, *temp)})")
+    except _Untestable as why:
+        art_change, res.article = None, f"not printed ({why})"
+    if rule.direction == "same":
+        ok = tie is True or (rule.band.within is not None and abs(change) <= rule.band.within)
+        res.outcome = "holds" if ok else "does not hold"
+        res.reason = noise
+        return res
+    if art_change not in (None, 0):
+        res.ratio = change / art_change
+    right_way = change > 0 if rule.direction == "higher" else change < 0
+    if tie:
+        res.reason = "a tie: the difference is inside the run-to-run range"
+    elif not right_way:
+        res.reason = f"the other way ({noise})"
     else:
-        v.checks.append(Check(None, "block drafter against MTP (an arm is missing)"))
-    if mtp and k5:
-        g = tables.gain_over(c.filter(pl.col("arm").is_in([mtp, k5])), mtp)
-        gains = g.filter(pl.col("arm") == k5).sort("concurrency")
-        vals = gains["change_pct"].to_list()
-        ok = None if not vals or None in vals else all(x > 0 for x in vals)
-        levels = ", ".join(f"{lv}: {x:+.0f}%" for lv, x in
-                           zip(gains["concurrency"].to_list(), vals, strict=True) if x is not None)
-        v.checks.append(Check(ok, f"5 drafts gains over MTP at every level ({levels})"
-                              if ok else f"5 drafts does not gain at every level ({levels})"))
-    k7 = _arm(c, "dflash", 7)
-    if mtp and k7 and hi > lo:
-        g = tables.gain_over(c.filter(pl.col("arm").is_in([mtp, k7])), mtp)
-        g7 = g.filter(pl.col("arm") == k7)
-        g_lo = _mean(g7, "change_pct", concurrency=lo)
-        g_hi = _mean(g7, "change_pct", concurrency=hi)
-        ok = None if None in (g_lo, g_hi) else g_hi < g_lo
-        v.checks.append(Check(ok, f"7 drafts' gain over MTP {'shrinks' if ok else 'does not shrink'}"
-                              f" with load ({g_lo:+.0f}% at {lo} stream(s), {g_hi:+.0f}% at {hi})"
-                              if ok is not None else "7 drafts' gain with load"))
+        res.reason = noise
+        in_band = res.ratio is None or (
+            (rule.band.at_least is None or res.ratio >= rule.band.at_least)
+            and (rule.band.at_most is None or res.ratio <= rule.band.at_most))
+        res.outcome = "holds" if in_band else "holds in direction only"
+        if res.ratio is None:
+            res.reason += "; the article prints no effect to size it against"
+    return res
+
+
+def _published_runs(claims: Claims, side: Side, metric: str, m: _Measured) -> list[float]:
+    """The article's runs of one arm: its printed repeats, else a printed min and max."""
+    arm = _article_arm(claims, side)
+    reps = _pub_rows(claims, arm, metric, m, side, stats=("value",)) \
+        .filter(pl.col("repeat").is_not_null())
+    if reps.height:
+        return reps["value"].to_list()
+    rng = _published().filter((pl.col("arm") == arm) & (pl.col("metric") == metric)
+                              & pl.col("stat").is_in(["min", "max"]))
+    if rng.height == 2:
+        return sorted(rng["value"].to_list())
+    raise _Untestable(f"the article prints no runs of {arm!r}")
+
+
+def _rel_range(vals: list[float]) -> float:
+    return (max(vals) - min(vals)) / (sum(vals) / len(vals))
+
+
+def _spread(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
+    ma = _measure(f, rule.a, rule.b, rule.metric)
+    mb = _measure(f, rule.b, rule.a, rule.metric)
+    if len(ma.values) < 2 or len(mb.values) < 2:
+        raise _Untestable("a spread needs at least two runs of each arm "
+                          f"({len(ma.values)} and {len(mb.values)} measured)")
+    ra, rb = _rel_range(ma.values), _rel_range(mb.values)
+    ratio = ra / rb if rb else float("inf")
+    res = CheckResult(rule.claim, "does not hold", rule=rule.text(),
+                      measured=f"{ra:.2f} against {rb:.2f} (ratio {ratio:.2f}; "
+                               f"{len(ma.values)} and {len(mb.values)} runs"
+                               f"{_at(ma.concurrency, ma.temperature)})")
+    try:
+        pa = _published_runs(claims, rule.a, rule.metric, ma)
+        pb = _published_runs(claims, rule.b, rule.metric, mb)
+        art = _rel_range(pa) / _rel_range(pb)
+        res.article = (f"{_rel_range(pa):.2f} against {_rel_range(pb):.2f} (ratio {art:.2f}; "
+                       f"runs {', '.join(_num(v) for v in pa)} against "
+                       f"{', '.join(_num(v) for v in pb)})")
+        res.ratio = ratio / art
+    except _Untestable as why:
+        res.article = f"not printed ({why})"
+    wider = ratio > 1 if rule.direction == "higher" else ratio < 1
+    res.outcome = "holds" if wider else "does not hold"
+    return res
+
+
+def _straddle(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
+    unit = METRICS[rule.metric]["unit"]
+    ma = _measure(f, rule.a, rule.b, rule.metric)
+    mb = _measure(f, rule.b, rule.a, rule.metric)
+    res = CheckResult(rule.claim, "does not hold", rule=rule.text(),
+                      measured=f"runs {_num(ma.lo)}–{_num(ma.hi, unit)} ({len(ma.values)}) "
+                               f"against a mean of {_num(mb.mean, unit)}"
+                               f"{_at(ma.concurrency, ma.temperature)}")
+    try:
+        pa = _published_runs(claims, rule.a, rule.metric, ma)
+        vb = _article_single(claims, rule.b, rule.metric, mb)
+        res.article = f"runs {_num(min(pa))}–{_num(max(pa), unit)} against {_num(vb, unit)}"
+    except _Untestable as why:
+        res.article = f"not printed ({why})"
+    if len(ma.values) < 2:
+        raise _Untestable("one run: no spread to straddle with")
+    if ma.lo < mb.mean < ma.hi:
+        res.outcome = "holds"
     else:
-        v.checks.append(Check(None, "7 drafts' gain with load (needs MTP, 7 drafts and two levels)"))
-    return v
+        side = "below" if ma.hi <= mb.mean else "above"
+        res.reason = f"every run is {side} the other arm's mean"
+    return res
 
 
-def temperature_spread(f: Finding) -> Verdict:
-    c, v = f.cells, Verdict(f.notebook_id)
-    temps = sorted(c["temperature"].unique().to_list())
-    if len(temps) < 2:
-        v.checks.append(Check(None, "acceptance against temperature (one temperature only)"))
-        return v
-    t_lo, t_hi = temps[0], temps[-1]
-    falls = []
-    for arm in c["arm"].unique(maintain_order=True).to_list():
-        a_lo = _mean(c, "draft_acceptance_rate", arm=arm, temperature=t_lo)
-        a_hi = _mean(c, "draft_acceptance_rate", arm=arm, temperature=t_hi)
-        if None not in (a_lo, a_hi):
-            falls.append((arm, a_lo, a_hi))
-    detail = ", ".join(f"{_label(f, a)} {lo_:.0%} to {hi_:.0%}" for a, lo_, hi_ in falls)
-    ok = None if not falls else all(hi_ < lo_ for _, lo_, hi_ in falls)
-    v.checks.append(Check(ok, f"acceptance {'falls' if ok else 'does not fall for every arm'} "
-                              f"from T={t_lo:g} to T={t_hi:g} ({detail})"))
-    mtp = _arm(c, "mtp")
-    sp = tables.spread(c.filter(pl.col("temperature") == t_hi))
-    blocks = sp.filter(pl.col("arm") != mtp) if mtp else sp
-    if mtp and blocks.height and sp.filter(pl.col("arm") == mtp).height:
-        cv_m = sp.filter(pl.col("arm") == mtp)["cv"][0]
-        wide = blocks.sort("cv", descending=True, nulls_last=True)
-        cv_b, arm_b = wide["cv"][0], wide["arm"][0]
-        ok = None if None in (cv_m, cv_b) else cv_b > cv_m
-        v.checks.append(Check(ok, f"at T={t_hi:g} {_label(f, arm_b)} spreads more run to run "
-                                  f"than MTP (coefficient of variation {_fmt(cv_b)} against "
-                                  f"{_fmt(cv_m)})" if ok else
-                              f"at T={t_hi:g} no block drafter spreads more than MTP "
-                              f"({_fmt(cv_b)} at most against {_fmt(cv_m)})"))
-        worst = c.filter((pl.col("arm") == arm_b) & (pl.col("temperature") == t_hi))
-        w = worst["agg_tok_s"].min()
-        m = _mean(c, "agg_tok_s", arm=mtp, temperature=t_hi)
-        ok = None if None in (w, m) else w < m
-        v.checks.append(Check(ok, f"its worst run ({_fmt(w, 1)} tok/s) is "
-                                  f"{'below' if ok else 'not below'} MTP's mean ({_fmt(m, 1)})"))
-    return v
+def _gate_row(rule: Rule) -> dict:
+    return load_gates().filter(pl.col("gate") == rule.gate).row(0, named=True)
 
 
-def target_precision(f: Finding) -> Verdict:
-    c, v = f.cells, Verdict(f.notebook_id)
-    ref = f.study.baseline
-    other = f.challenger
-    p = tables.paired(c, other, ref, ["acceptance_length"])
-    changes = [(w, lv, x) for w, lv, x in zip(p["workload"].to_list(), p["concurrency"].to_list(),
-                                              p["acceptance_length__change_pct"].to_list(),
-                                              strict=True) if x is not None]
-    detail = ", ".join(f"{w} at {lv}: {x:+.1f}%" for w, lv, x in changes)
-    ok = None if not changes else all(abs(x) <= 10 for _, _, x in changes)
-    v.checks.append(Check(ok, (f"the quantized target moves acceptance length by less than "
-                               f"the predicted 10-20% ({detail})") if ok else
-                          f"the quantized target moves acceptance length by more than 10% "
-                          f"somewhere ({detail})"))
-    return v
+def _gate_article(rule: Rule) -> str:
+    g = _gate_row(rule)
+    where = ", ".join(p for p in (g["workload"], g["concurrency"] and
+                                  f"{g['concurrency']} stream{'s' if g['concurrency'] != 1 else ''}")
+                      if p)
+    return (f"{g['op']} {g['threshold']:,g} {g['unit']}" + (f" ({where})" if where else "")
+            + f": {g['published_outcome']} in the article")
 
 
-def engine_comparison(f: Finding) -> Verdict:
-    c, v = f.cells, Verdict(f.notebook_id)
-    arms = {a.name: a.resolved for a in f.study.arms}
-    spec = [a for a, p in arms.items() if p.method != "none"]
-    plain = [a for a, p in arms.items() if p.method == "none"]
-    if len(spec) != 2 or len(plain) != 2:
-        v.checks.append(Check(None, "two engines with and without speculation"))
-        return v
-    by_engine = {arms[a].engine: a for a in spec}
-    plain_by_engine = {arms[a].engine: a for a in plain}
-    lo = c["concurrency"].min()
-    for w in c["workload"].unique(maintain_order=True).to_list():
-        acc = [_mean(c, "acceptance_length", arm=a, workload=w, concurrency=lo) for a in spec]
-        if None not in acc:
-            rel = abs(acc[0] - acc[1]) / max(acc)
-            v.checks.append(Check(rel <= 0.05, f"{w}: acceptance length {acc[0]:.2f} against "
-                                  f"{acc[1]:.2f}, {'the same' if rel <= 0.05 else 'not the same'}"
-                                  f" within 5%"))
-        gaps = []
-        for group in (spec, plain):
-            t = [_mean(c, "agg_tok_s", arm=a, workload=w, concurrency=lo) for a in group]
-            gaps.append(None if None in t else t[0] - t[1])
-        if None not in gaps and set(by_engine) == set(plain_by_engine):
-            same = (gaps[0] > 0) == (gaps[1] > 0)
-            v.checks.append(Check(same, f"{w}: the faster engine without speculation is "
-                                  f"{'also' if same else 'not'} the faster with it, so the gap "
-                                  f"is {'the engine' if same else 'not only the engine'}'s"))
-    return v
-
-
-def fp8_drafter_gates(f: Finding) -> Verdict:
-    v = Verdict(f.notebook_id)
-    g = evaluate_gates(f.cells, f.study.gates)
-    for row in g.to_dicts():
-        ok = {"pass": True, "fail": False}.get(row["result"])
-        v.checks.append(Check(ok, f"gate '{row['gate']}' {row['result']} "
-                              f"({_fmt(row['value'])} {row['op']} {row['threshold']:g}"
-                              f"{' ' + row['unit'] if row['unit'] else ''})"))
-    return v
-
-
-def _tok_s_against(c: pl.DataFrame, arm: str, other: str, level: int, slower: bool = False
-                   ) -> tuple[bool | None, float | None, float | None]:
-    """Mean aggregate tok/s of `arm` and `other` at `level` streams, and whether `arm` is
-    faster (or, with `slower`, slower); None when either was not measured there."""
-    a = _mean(c, "agg_tok_s", arm=arm, concurrency=level)
-    b = _mean(c, "agg_tok_s", arm=other, concurrency=level)
-    return (None if None in (a, b) else (a < b if slower else a > b)), a, b
-
-
-def draft_schedule_under_load(f: Finding) -> Verdict:
-    c, v = f.cells, Verdict(f.notebook_id)
-    lo, hi = c["concurrency"].min(), c["concurrency"].max()
-    static = c.filter((pl.col("method") == "dflash") & pl.col("schedule").is_null())
-
-    def best_k(level: int) -> tuple[int | None, float | None]:
-        part = static.filter(pl.col("concurrency") == level)
-        means = part.group_by("num_speculative_tokens").agg(pl.col("agg_tok_s").mean())
-        if not means.height:
-            return None, None
-        top = means.sort("agg_tok_s", descending=True).row(0)
-        return top[0], top[1]
-
-    (k_lo, _), (k_hi, _) = best_k(lo), best_k(hi)
-    if k_lo is not None and hi > lo and static["num_speculative_tokens"].n_unique() > 1:
-        ok = k_lo > k_hi
-        v.checks.append(Check(ok, f"the best static block {'shortens' if ok else 'does not shorten'}"
-                                  f" with load ({k_lo} drafts at {lo} stream(s), {k_hi} at {hi})"))
+def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
+    g = _gate_row(rule)
+    reverse = {pub: arm for arm, pub in claims.arms.items()
+               if arm in {a.name for a in f.study.arms}}
+    res = CheckResult(f"{rule.claim}", "does not hold", rule=rule.text(),
+                      article=_gate_article(rule))
+    arm = reverse.get(g["arm"])
+    if arm is None:
+        raise _Untestable(f"no study arm stands for the article's {g['arm']!r}")
+    level = g["concurrency"] if g["concurrency"] is not None else "any"
+    side = Side(arm=arm, workload=g["workload"], concurrency=level,
+                temperature=g["temperature"])
+    if g["metric"] == "agg_tok_s_change_pct":
+        ref = Side(arm=reverse.get(g["baseline_arm"], g["baseline_arm"]), workload=g["workload"],
+                   concurrency=level, temperature=g["temperature"])
+        sub = _compare(f, claims, Rule(rule.claim, metric="agg_tok_s", a=side, b=ref))
+        ma = _measure(f, side, ref, "agg_tok_s")
+        mb = _measure(f, ref, side, "agg_tok_s")
+        value = metrics.relative_change_pct(ma.mean, mb.mean)
+        passes = _OPS[g["op"]](value, g["threshold"])
+        if passes and g["threshold"] > 0 and _ties(ma, mb):
+            passes, res.reason = False, "the gain is inside the run-to-run range"
+        res.measured = sub.measured
+    elif g["metric"] == "gsm8k_correct":
+        part = _arm_cells(f, arm).filter(pl.col("workload") == "gsm8k")
+        if level != "any":
+            part = part.filter(pl.col("concurrency") == level)
+        if not part.height or part["gsm8k_n"].drop_nulls().sum() == 0:
+            raise _Untestable(f"GSM8K was not graded at {level} streams on arm {arm!r}")
+        right, n = part["gsm8k_strict_correct"].sum(), part["gsm8k_n"].sum()
+        denom = int(g["unit"].split("/")[1])
+        value = right / n
+        passes = _OPS[g["op"]](value, g["threshold"] / denom)
+        res.measured = (f"{right} of {n} ({value:.0%}) against {g['threshold']:g} of {denom} "
+                        f"({g['threshold'] / denom:.0%})")
     else:
-        v.checks.append(Check(None, "best static block against load (needs two block lengths "
-                                    "and two levels)"))
-    plain = _arm(c, "none")
-    k7 = _arm(c, "dflash", 7)
-    if plain and k7:
-        ok, s_lo, p_lo = _tok_s_against(c, k7, plain, lo)
-        v.checks.append(Check(ok, f"static 7 drafts {'beats' if ok else 'does not beat'} no "
-                                  f"speculation at {lo} stream(s) ({_fmt(s_lo, 1)} against "
-                                  f"{_fmt(p_lo, 1)} tok/s)"))
-    sched = c.filter(pl.col("schedule").is_not_null())
-    tail = [a for a, s in zip(sched["arm"].to_list(), sched["schedule"].to_list(), strict=True)
-            if any(r[2] == 0 for r in json.loads(s))]
-    main = [a for a in dict.fromkeys(sched["arm"].to_list()) if a not in tail]
-    if main and k7:
-        ok, s_hi, k7_hi = _tok_s_against(c, main[0], k7, hi)
-        v.checks.append(Check(ok, f"the schedule {'beats' if ok else 'does not beat'} static 7 "
-                                  f"drafts at {hi} streams ({_fmt(s_hi, 1)} against "
-                                  f"{_fmt(k7_hi, 1)} tok/s)"))
-    if tail and plain:
-        ok, t_hi, p_hi = _tok_s_against(c, tail[0], plain, hi, slower=True)
-        v.checks.append(Check(ok, f"the zero-draft tail is {'slower' if ok else 'not slower'} "
-                                  f"than no speculation at {hi} streams ({_fmt(t_hi, 1)} against "
-                                  f"{_fmt(p_hi, 1)} tok/s)"))
+        spec = METRICS[g["metric"]]
+        part = _arm_cells(f, arm)
+        vals = part[spec["column"]].drop_nulls()
+        if not vals.len():
+            raise _Untestable(f"{spec['words']} was not measured")
+        value = float(vals.max())
+        passes = _OPS[g["op"]](value, g["threshold"])
+        res.measured = f"{_num(value, spec['unit'])} at most over the arm's cells"
+    res.outcome = "holds" if passes else "does not hold"
+    return res
+
+
+def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[CheckResult]:
+    """The suite's own gates, where the study has gates and the article declared some:
+    labelled as substitutes, evaluated as the suite declared them."""
+    if not any(r.kind == "gate" for r in rules):
+        return []
+    declared = {(r["workload"], r["concurrency"], r["threshold"])
+                for r in load_gates().iter_rows(named=True)}
+    out = []
+    for gate in f.study.gates:
+        if (gate.workload, gate.concurrency, gate.threshold) in declared:
+            continue
+        row = evaluate_gate(f.cells, gate)
+        outcome = {"pass": "holds", "fail": "does not hold"}.get(row["result"],
+                                                                 "not testable here")
+        value = "n/a" if row["value"] is None else _num(row["value"], gate.unit or "")
+        out.append(CheckResult(
+            f"substitute (this suite's gate): {gate.name}", outcome, substitute=True,
+            article=gate.published or "", measured=value,
+            rule=f"{gate.metric} {gate.op} {gate.threshold:g} {gate.unit or ''}".strip()
+            + (f" against {gate.reference_arm}" if gate.reference_arm else "")))
+    return out
+
+
+KIND = {"compare": _compare, "spread": _spread, "straddle": _straddle, "gate": _gate}
+
+
+def _engines(f: Finding, rule: Rule, claims: Claims) -> set[str]:
+    arms = {a.name: a.resolved.engine for a in f.study.arms}
+    if rule.kind == "gate":
+        return set(arms.values())
+    return {arms[s.arm] for s in (rule.a, rule.b) if s is not None and s.arm in arms}
+
+
+def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
+    """One check on one finding."""
+    engines = _engines(f, rule, claims)
+    for nt in rule.not_testable:
+        if engines & set(nt.engines):
+            res = CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=nt.why,
+                              article=_gate_article(rule) if rule.kind == "gate" else "")
+            try:  # what was measured still stands beside it
+                seen = KIND[rule.kind](f, claims, rule)
+                res.article, res.measured = seen.article, seen.measured
+            except _Untestable:
+                pass
+            return res
+    if rule.needs == "power" and not f.has_power:
+        return CheckResult(rule.claim, "not testable here", rule=rule.text(),
+                           reason="no power source on this run (no NVML GPU): no watts")
+    try:
+        return KIND[rule.kind](f, claims, rule)
+    except _Untestable as why:
+        return CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=str(why),
+                           article=_gate_article(rule) if rule.kind == "gate" else "")
+
+
+def verdict(f: Finding, claims: Claims | None = None) -> Verdict:
+    """Every check of the notebook's claim, then the suite's substitute gates."""
+    claims = claims or claims_for(f.notebook_id)
+    v = Verdict(f.notebook_id, [evaluate(f, r, claims) for r in claims.checks])
+    v.checks += _substitutes(f, claims, claims.checks)
     return v
-
-
-def the_bill(f: Finding) -> Verdict:
-    c, v = f.cells, Verdict(f.notebook_id)
-    mtp, block, plain = _arm(c, "mtp"), _arm(c, "dflash"), _arm(c, "none")
-    if mtp and block:
-        kv_b = _mean(c, "kv_pool_tokens", arm=block)
-        kv_m = _mean(c, "kv_pool_tokens", arm=mtp)
-        ok = None if None in (kv_b, kv_m) else kv_b < kv_m
-        v.checks.append(Check(ok, f"at the same memory the block drafter's KV pool holds "
-                                  f"{_fmt(kv_b, 0)} tokens against MTP's {_fmt(kv_m, 0)}"
-                                  + ("" if ok is None else f" ({(kv_b / kv_m - 1):+.0%})")))
-    lo = c["concurrency"].min()
-    if not f.has_power:
-        v.checks.append(Check(None, "tokens per joule: no power source on this run "
-                                    "(no NVML GPU), so no watts were measured"))
-    elif block and plain:
-        tj_b = _mean(c, "tokens_per_joule", arm=block, concurrency=lo)
-        tj_p = _mean(c, "tokens_per_joule", arm=plain, concurrency=lo)
-        ok = None if None in (tj_b, tj_p) else tj_b > tj_p
-        v.checks.append(Check(ok, f"speculation {'raises' if ok else 'does not raise'} tokens "
-                                  f"per joule at {lo} stream(s) ({_fmt(tj_b)} against "
-                                  f"{_fmt(tj_p)})"))
-    return v
-
-
-VERDICTS: dict[str, Callable[[Finding], Verdict]] = {
-    "01_drafter_block_sweep": drafter_block_sweep,
-    "02_temperature_spread": temperature_spread,
-    "03_target_precision": target_precision,
-    "04_engine_comparison": engine_comparison,
-    "05_fp8_drafter_gates": fp8_drafter_gates,
-    "06_draft_schedule_under_load": draft_schedule_under_load,
-    "07_the_bill": the_bill,
-}
-
-
-def verdict(f: Finding) -> Verdict:
-    return VERDICTS[f.notebook_id](f)

@@ -1,0 +1,136 @@
+"""A report's first table: each check of the claim, the article beside the measurement.
+
+Design:
+- One row per check of the notebook's verdict (analysis/verdicts.py): the sub-claim, the
+  article's value, the measured value, the ratio of the measured effect to the article's,
+  the verdict as a word and a symbol (never colour alone) with what decided it, and the
+  rule in words. Substitute gates follow, labelled.
+- The two column heads say what measured each side: the article's engine, version, card
+  and target (published/arms.csv), and this run's engine and version with its hardware
+  (CPU model and count, or GPU name and driver, from the run's manifest) and where the
+  engine and the client ran (the manifest's `placement`).
+- The HTML is `<table id="summary">`, one `<tr class="check" data-outcome=...>` per check,
+  the verdict in `<td class="verdict">`; the same content travels as output metadata
+  (`{"specrepro": {"summary": ...}}`) for the index (report.py), so nothing is parsed back
+  out of HTML.
+"""
+
+from __future__ import annotations
+
+import html
+
+import polars as pl
+
+from specrepro.analysis.claims import Claims
+from specrepro.analysis.finding import Finding
+from specrepro.analysis.verdicts import Verdict, verdict
+from specrepro.published import load_arms, load_vocabulary
+
+# The articles' target model (both articles measured the same one); published/arms.csv
+# gives each arm's engine, version, card and the target's precision.
+ARTICLE_MODEL = "Qwen3.8-27B"
+
+
+def _engine_words(name: str) -> str:
+    vocab = load_vocabulary().filter((pl.col("kind") == "engine") & (pl.col("name") == name))
+    return vocab["description"][0] if vocab.height else name
+
+
+def article_substrate(claims: Claims) -> str:
+    """'vLLM 0.28.0 on ASUS Ascent GX10 (GB10, ...); Qwen3.8-27B, NVFP4 target'."""
+    arms = load_arms()
+    used = arms.filter(pl.col("arm").is_in(list(claims.arms.values())))
+    engines = []
+    for row in used.select(["engine", "engine_version"]).unique(maintain_order=True).iter_rows():
+        if row[0]:
+            engines.append(" ".join(p for p in (_engine_words(row[0]), row[1]) if p))
+    cards = []
+    for hw in used["hardware"].drop_nulls().unique(maintain_order=True).to_list():
+        card = arms.filter(pl.col("arm") == f"hw_{hw}")
+        cards.append(card["label"][0] if card.height else hw)
+    precision = sorted(set(used["target_precision"].drop_nulls().to_list()))
+    return (", ".join(dict.fromkeys(engines)) + (" on " + " and ".join(cards) if cards else "")
+            + f"; {ARTICLE_MODEL}" + (f", {'/'.join(p.upper() for p in precision)} target"
+                                      if precision else ""))
+
+
+def _session(f: Finding) -> dict:
+    """The manifest's latest session that measured something (else the latest)."""
+    sessions = f.manifest.get("sessions", [])
+    done = [s for s in sessions if s.get("engines")]
+    return (done or sessions or [{}])[-1]
+
+
+def hardware(session: dict) -> str:
+    """GPU name and driver where NVML answered, else the CPU model and count."""
+    gpu = session.get("gpu") or {}
+    if gpu.get("gpus"):
+        names = sorted({g["name"] for g in gpu["gpus"]})
+        return (f"{len(gpu['gpus'])}x {', '.join(names)} (driver {gpu.get('driver')}, "
+                f"CUDA {gpu.get('cuda')})")
+    host = session.get("host") or {}
+    cpu = host.get("cpu_model") or host.get("processor") or "unknown CPU"
+    return f"CPU {cpu}, {host.get('cpu_count', '?')} CPUs"
+
+
+def placement(session: dict) -> str:
+    p = session.get("placement")
+    if not p:
+        return "engine and client placement not recorded"
+    if p.get("pinned"):
+        return f"engine on CPUs {p.get('engine_cpus')}, client on CPUs {p.get('client_cpus')}"
+    return "not pinned" + (f" ({p['note']})" if p.get("note") else "")
+
+
+def measured_substrate(f: Finding) -> str:
+    """'specrepro-embedded 0.1.0 on CPU x86_64, 2 CPUs (engine on CPUs [1], ...); models/embedded'."""
+    engines = (f.cells.select(["engine", "engine_version"]).unique(maintain_order=True)
+               .iter_rows())
+    names = [v or e for e, v in engines if e]
+    session = _session(f)
+    models = sorted({m["id"] for m in session.get("models", []) if m.get("id")})
+    threads = sorted({str(e["flags"]["threads"]) for e in session.get("engines", [])
+                      if isinstance(e.get("flags"), dict) and "threads" in e["flags"]})
+    where = hardware(session) + (f", {'/'.join(threads)} engine threads" if threads else "")
+    return (", ".join(dict.fromkeys(names)) or "no engine") + f" on {where} ({placement(session)})" \
+        + (f"; {', '.join(models)}" if models else "")
+
+
+def summary(f: Finding, claims: Claims, v: Verdict | None = None) -> dict:
+    """The summary as data: what the index reads and the table shows."""
+    v = v or verdict(f, claims)
+    return {"notebook_id": f.notebook_id, "title": claims.title, "article": claims.article,
+            "claim": claims.claim, "outcome": v.outcome, "symbol": v.symbol, "text": v.text,
+            "article_substrate": article_substrate(claims), "substrate": measured_substrate(f),
+            "checks": [c.as_dict() for c in v.checks]}
+
+
+def _td(text, cls: str = "") -> str:
+    c = f' class="{cls}"' if cls else ""
+    return f"<td{c}>{html.escape(str(text)) if text not in (None, '') else ''}</td>"
+
+
+def summary_html(s: dict) -> str:
+    """The verdict line and `<table id="summary">`."""
+    head = (f"<tr><th>Claim</th><th>Article<br><small>{html.escape(s['article_substrate'])}"
+            f"</small></th><th>Measured<br><small>{html.escape(s['substrate'])}</small></th>"
+            "<th>Measured effect ÷ article's</th><th>Verdict</th><th>Rule</th></tr>")
+    rows = []
+    for c in s["checks"]:
+        ratio = "" if c["ratio"] is None else f"{c['ratio']:.2f}"
+        reason = (f"<br><small>{html.escape(c['reason'])}</small>" if c["reason"] else "")
+        cls = "check substitute" if c["substitute"] else "check"
+        rows.append(f'<tr class="{cls}" data-outcome="{html.escape(c["outcome"])}">'
+                    + _td(c["claim"]) + _td(c["article"]) + _td(c["measured"])
+                    + _td(ratio, "ratio")
+                    + f'<td class="verdict">{c["symbol"]} {html.escape(c["outcome"])}{reason}</td>'
+                    + _td(c["rule"], "rule") + "</tr>")
+    line = (f'<p class="verdict-line" data-outcome="{html.escape(s["outcome"])}"><strong>'
+            f"Verdict: {s['symbol']} {html.escape(s['outcome'])}</strong> "
+            f"({html.escape(s['text'].split('(', 1)[-1].rstrip(')'))}). "
+            f"The article's finding: {html.escape(s['claim'])}</p>")
+    return (line + '<table id="summary" class="specrepro summary"><caption>Each check of '
+            "the article's finding, the article's value beside the measured one, and the rule "
+            "that judged it (substitute gates, where listed, are this suite's own and do not "
+            f"decide the verdict)</caption><thead>{head}</thead><tbody>{''.join(rows)}"
+            "</tbody></table>")

@@ -1,0 +1,253 @@
+"""Verdict rules (analysis/rules.py, claims.yaml `checks`) evaluated on constructed cells:
+each of the four outcomes, the noise rule, declared gates a substrate cannot measure,
+substitute gates, and the validation of the rules themselves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specrepro import pipeline, results
+from specrepro.analysis import claims as claims_mod
+from specrepro.analysis import summary, verdicts
+from specrepro.analysis.finding import Finding
+from specrepro.analysis.rules import OUTCOMES, SYMBOLS, RuleError, parse_checks
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ROOT / "params" / "default.yaml"
+RTX = ROOT / "params" / "rtx-pro-6000.yaml"
+
+
+def finding(nb: str, rows: list[dict], params: Path = DEFAULT, manifest=None) -> Finding:
+    suite, study = pipeline.study_for(params, nb)
+    full = [{"cell_id": f"c{i}", "attempt": 1, "status": "ok", **r} for i, r in enumerate(rows)]
+    cells = results.frame(full, results.CELL_SCHEMA)
+    return Finding(nb, study, suite, Path("/nonexistent"), cells,
+                   results.empty(results.REQUEST_SCHEMA), False, manifest or {})
+
+
+def runs(arm: str, metric: str, values, **level) -> list[dict]:
+    """One cell row per value (a repeat each) of `arm` at a level."""
+    base = {"workload": "humaneval", "concurrency": 1, "temperature": 0.0, **level}
+    return [{"arm": arm, "engine": "embedded", "repeat": i, metric: v, **base}
+            for i, v in enumerate(values)]
+
+
+def check(v: verdicts.Verdict, starts: str) -> verdicts.CheckResult:
+    hits = [c for c in v.checks if c.claim.startswith(starts)]
+    assert len(hits) == 1, [c.claim for c in v.checks]
+    return hits[0]
+
+
+# ------------------------------------------------------------------- the four outcomes
+
+
+def test_each_outcome_from_constructed_data():
+    rows = (runs("dflash-k5", "acceptance_length", [3.40, 3.40, 3.40])   # +36%: the article's +35%
+            + runs("mtp-k3", "acceptance_length", [2.50, 2.50, 2.50])
+            + runs("dflash-k5", "agg_tok_s", [52.0, 52.5, 53.0])          # +4%: article +37%
+            + runs("mtp-k3", "agg_tok_s", [50.0, 50.5, 50.8])
+            + runs("dflash-k5", "step_ms", [40.0, 40.0, 40.0])            # +33%: not the same step
+            + runs("mtp-k3", "step_ms", [30.0, 30.0, 30.0]))
+    v = verdicts.verdict(finding("01_drafter_block_sweep", rows))
+    acc = check(v, "At one stream the block drafter at 5 drafts")
+    assert acc.outcome == "holds" and acc.ratio == pytest.approx(36 / 35.29, rel=1e-2)
+    speed = check(v, "At one stream 5 drafts decodes faster")
+    assert speed.outcome == "holds in direction only"
+    assert speed.ratio == pytest.approx(4.03 / 37.0, rel=0.05)
+    assert "T=0.7" in speed.article and "T=0" in speed.measured  # the article's temperature
+    step = check(v, "At one stream the two run the same step")
+    assert step.outcome == "does not hold"
+    # 16 streams in the article, 1 level here: the highest-load checks read level 1 too,
+    # where no arm has 7 drafts
+    assert check(v, "7 drafts is slower").outcome == "not testable here"
+    assert "no successful measurement" in check(v, "7 drafts is slower").reason
+    assert v.outcome == "does not hold"
+    assert set(OUTCOMES) == set(SYMBOLS)
+
+
+def test_holds_in_direction_only_and_holds_overall():
+    rows = (runs("dflash-k5", "acceptance_length", [2.7]) + runs("mtp-k3", "acceptance_length", [2.5]))
+    v = verdicts.verdict(finding("01_drafter_block_sweep", rows))
+    assert check(v, "At one stream the block drafter").outcome == "holds in direction only"
+    assert v.outcome == "holds in direction only"  # the others are not testable
+    rows = (runs("dflash-k5", "acceptance_length", [3.4]) + runs("mtp-k3", "acceptance_length", [2.5]))
+    assert verdicts.verdict(finding("01_drafter_block_sweep", rows)).outcome == "holds"
+
+
+def test_nothing_measured_is_not_testable():
+    v = verdicts.verdict(finding("01_drafter_block_sweep", runs("mtp-k3", "agg_tok_s", [1.0])))
+    assert v.outcome == "not testable here"
+    assert all(c.outcome == "not testable here" and c.reason for c in v.checks)
+
+
+# -------------------------------------------------------------------------- the noise rule
+
+
+def test_a_difference_inside_the_spread_is_a_tie_not_a_win():
+    # engine A is faster on average (+0.9%), but the runs overlap: a tie
+    rows = (runs("engine-a-none", "agg_tok_s", [150.0, 152.4, 155.0], workload="essays")
+            + runs("engine-b-none", "agg_tok_s", [149.0, 151.9, 154.0], workload="essays"))
+    c = check(verdicts.verdict(finding("04_engine_comparison", rows)), "Essays, one stream: engine A is faster without")
+    assert c.outcome == "does not hold" and "tie" in c.reason
+    # the same means with tight runs: a win
+    rows = (runs("engine-a-none", "agg_tok_s", [152.3, 152.4, 152.5], workload="essays")
+            + runs("engine-b-none", "agg_tok_s", [100.0, 100.1, 100.2], workload="essays"))
+    c = check(verdicts.verdict(finding("04_engine_comparison", rows)), "Essays, one stream: engine A is faster without")
+    assert c.outcome == "holds" and c.reason == "outside the run-to-run range"
+
+
+def test_one_run_each_says_no_spread_was_measured():
+    rows = (runs("engine-a-none", "agg_tok_s", [152.4], workload="essays")
+            + runs("engine-b-none", "agg_tok_s", [100.0], workload="essays"))
+    c = check(verdicts.verdict(finding("04_engine_comparison", rows)), "Essays, one stream: engine A is faster without")
+    assert c.outcome == "holds" and "no spread measured" in c.reason
+
+
+def test_same_within_a_band():
+    rows = (runs("engine-a-spec", "acceptance_length", [3.31], workload="essays")
+            + runs("engine-b-spec", "acceptance_length", [3.00], workload="essays"))   # +10%
+    c = check(verdicts.verdict(finding("04_engine_comparison", rows)), "Essays, one stream: the same tokens")
+    assert c.outcome == "does not hold" and c.ratio is None
+    rows[-1]["acceptance_length"] = 3.2
+    c = check(verdicts.verdict(finding("04_engine_comparison", rows)), "Essays, one stream: the same tokens")
+    assert c.outcome == "holds"
+
+
+# ---------------------------------------------------------------------- spread kinds
+
+
+def test_spread_and_straddle():
+    t1 = {"temperature": 1.0}
+    rows = (runs("dflash-k7", "agg_tok_s", [30.0, 40.0, 50.0], **t1)
+            + runs("mtp-k3", "agg_tok_s", [38.0, 39.0, 40.0], **t1))
+    v = verdicts.verdict(finding("02_temperature_spread", rows))
+    spread = check(v, "At T=1.0 the block drafter at 7 drafts spreads")
+    assert spread.outcome == "holds" and "32.5, 26.8, 21.3, 17.1" in spread.article
+    assert check(v, "At T=1.0 the 7-draft block's runs fall").outcome == "holds"
+    # every run below MTP's mean: the article's point (sometimes ahead) does not hold
+    rows = (runs("dflash-k7", "agg_tok_s", [20.0, 25.0, 30.0], **t1)
+            + runs("mtp-k3", "agg_tok_s", [38.0, 39.0, 40.0], **t1))
+    c = check(verdicts.verdict(finding("02_temperature_spread", rows)), "At T=1.0 the 7-draft")
+    assert c.outcome == "does not hold" and "below" in c.reason
+
+
+def test_a_change_across_temperature_reads_the_article_at_both():
+    rows = (runs("mtp-k3", "draft_acceptance_rate", [0.43], temperature=1.0)
+            + runs("mtp-k3", "draft_acceptance_rate", [0.52], temperature=0.7))
+    c = check(verdicts.verdict(finding("02_temperature_spread", rows)), "MTP's draft acceptance falls")
+    assert c.outcome == "holds" and c.ratio == pytest.approx(1.0, abs=0.01)
+    assert "43% against 52%" in c.article and "T=1 against T=0.7" in c.article
+
+
+# ----------------------------------------------------------------------------- gates
+
+
+def gate_rows(engine: str, bf16: list[float], fp8: list[float]) -> list[dict]:
+    rows = []
+    for arm, vals in (("drafter-bf16", bf16), ("drafter-fp8", fp8)):
+        for level in (1, 32):
+            rows += [{**r, "engine": engine, "peak_mem_mib": 80000.0}
+                     for r in runs(arm, "agg_tok_s", [v * level for v in vals],
+                                   workload="essays", concurrency=level)]
+    return rows
+
+
+def test_declared_gates_on_a_substrate_that_cannot_measure_them():
+    v = verdicts.verdict(finding("05_fp8_drafter_gates", gate_rows("embedded", [50.0], [44.0])))
+    declared = [c for c in v.checks if not c.substitute]
+    assert [c.outcome for c in declared] == ["not testable here"] * 4
+    speed = declared[0]
+    assert "emulation" in speed.reason and speed.measured.startswith("-12.0%")  # still shown
+    assert ">= 3 %" in speed.article
+    subs = [c for c in v.checks if c.substitute]
+    assert subs and all(c.claim.startswith("substitute") for c in subs)
+    assert v.outcome == "not testable here"  # substitutes never decide it
+
+
+def test_declared_gates_evaluated_as_declared_where_measurable():
+    # on vLLM (the RTX suite) the speed gates are evaluated; the memory ceiling is not
+    # testable: vLLM takes what --gpu-memory-utilization gives it
+    v = verdicts.verdict(finding("05_fp8_drafter_gates", gate_rows("vllm", [100.0], [93.1]),
+                                 params=RTX))
+    by = {c.claim.split(":")[1].strip()[:20]: c for c in v.checks if not c.substitute}
+    assert by["the FP8 drafter at l"].outcome == "does not hold"       # -6.9% against >= +3%
+    assert by["no worse than -2% ag"].outcome == "does not hold"
+    assert by["peak card memory at "].outcome == "not testable here"
+    assert "gpu-memory-utilization" in by["peak card memory at "].reason
+    assert "GSM8K was not graded" in by["at least 194 of 200 "].reason
+    assert v.outcome == "does not hold"
+
+
+def test_a_gain_gate_inside_the_spread_is_not_met():
+    v = verdicts.verdict(finding("05_fp8_drafter_gates",
+                                 gate_rows("vllm", [100.0, 95.0, 106.0], [104.0, 101.0, 108.0]),
+                                 params=RTX))
+    c = [c for c in v.checks if "+3% tok/s" in c.claim][0]
+    assert c.outcome == "does not hold" and "inside the run-to-run range" in c.reason
+
+
+def test_power_check_needs_watts():
+    rows = [{"arm": "dflash-k7", "engine": "embedded", "workload": "essays", "concurrency": 1,
+             "temperature": 0.0, "repeat": 0, "kv_pool_tokens": 900},
+            {"arm": "mtp-control", "engine": "embedded", "workload": "essays", "concurrency": 1,
+             "temperature": 0.0, "repeat": 0, "kv_pool_tokens": 1000}]
+    v = verdicts.verdict(finding("07_the_bill", rows))
+    kv = check(v, "At the same memory")
+    assert kv.outcome == "holds in direction only"      # -10% against the article's -46%
+    assert check(v, "Speculation raises tokens per joule").outcome == "not testable here"
+
+
+# ------------------------------------------------------------------------- the summary
+
+
+def test_summary_table_has_one_verdict_per_check():
+    rows = (runs("dflash-k5", "acceptance_length", [3.4]) + runs("mtp-k3", "acceptance_length", [2.5]))
+    f = finding("01_drafter_block_sweep", rows, manifest={"sessions": [{
+        "engines": [{"flags": {"threads": 1}}], "host": {"cpu_model": "Test CPU", "cpu_count": 2},
+        "gpu": {"gpus": []}, "placement": {"pinned": True, "engine_cpus": [1],
+                                            "client_cpus": [0], "note": ""},
+        "models": [{"id": "models/embedded"}]}]})
+    s = summary.summary(f, claims_mod.claims_for("01_drafter_block_sweep"))
+    page = summary.summary_html(s)
+    assert page.count('<tr class="check"') == len(s["checks"]) == 5
+    assert page.count('<td class="verdict">') == 5 and 'id="summary"' in page
+    assert "CPU Test CPU, 2 CPUs, 1 engine threads (engine on CPUs [1], client on CPUs [0])" \
+        in s["substrate"]
+    assert s["article_substrate"].startswith("vLLM 0.28.0 on ASUS Ascent GX10")
+
+
+# ------------------------------------------------------------------------ validation
+
+
+@pytest.mark.parametrize("raw,message", [
+    ([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "a"}, "b": {"arm": "b"}, "bogus": 1}],
+     r"checks\[0\]: unknown keys \['bogus'\]"),
+    ([{"claim": "x", "metric": "tok_s", "a": {"arm": "a"}, "b": {"arm": "b"}}],
+     r"checks\[0\]\.metric: expected one of"),
+    ([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "zz"}, "b": {"arm": "b"}}],
+     r"checks\[0\]\.a\.arm: 'zz' is not an arm"),
+    ([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "a", "concurrency": 0}, "b": {"arm": "b"}}],
+     r"checks\[0\]\.a\.concurrency"),
+    ([{"claim": "x", "kind": "gate", "gate": "nope"}], r"checks\[0\]\.gate: 'nope' is not a gate"),
+    ([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "a"}}], r"checks\[0\]\.b: a compare"),
+    ([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "a"}, "b": {"arm": "b"},
+       "band": {"at_least": "half"}}], r"checks\[0\]\.band\.at_least"),
+])
+def test_malformed_rules_fail_naming_where(raw, message):
+    with pytest.raises(RuleError, match=message):
+        parse_checks(raw, "01_x", known_arms={"p"}, known_gates={"g"}, study_arms={"a", "b"})
+
+
+def test_every_notebook_has_checks():
+    for nb, c in claims_mod.all_claims().items():
+        assert c.checks, nb
+
+
+def test_same_holds_when_the_difference_is_inside_the_spread():
+    # +8% on average, outside the 5% band, but the runs overlap: no measured difference
+    rows = (runs("engine-a-spec", "acceptance_length", [3.0, 3.3, 3.6], workload="essays")
+            + runs("engine-b-spec", "acceptance_length", [2.9, 3.05, 3.2], workload="essays"))
+    c = check(verdicts.verdict(finding("04_engine_comparison", rows)), "Essays, one stream: the same tokens")
+    assert c.outcome == "holds" and c.reason == "inside the run-to-run range"
