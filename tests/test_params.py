@@ -284,6 +284,38 @@ def test_cells_respect_skip_and_seeds(tree: Path):
     )
 
 
+def test_a_skip_of_some_repeats_measures_the_combination_fewer_times(tree: Path):
+    write(tree / "studies/01.yaml", STUDY + textwrap.dedent("""
+        repeats: 3
+        skip: [{arm: b, repeat: [1, 2]}, {arm: a, concurrency: [2], repeat: [2, 7]}]
+    """))
+    study = params.load_study(tree / "studies/01.yaml")
+    cells = [(c.arm.name, c.concurrency, c.repeat, c.seed) for c in study.cells()]
+    assert cells == [("a", 1, 0, 0), ("a", 1, 1, 1), ("a", 1, 2, 2), ("a", 2, 0, 0),
+                     ("a", 2, 1, 1), ("b", 1, 0, 0), ("b", 2, 0, 0)]
+    # the combination itself is measured: only its repeats are skipped
+    assert not study.skipped("b", "gsm8k", 1) and study.skipped("b", "gsm8k", 1, 1)
+    write(tree / "studies/01.yaml", STUDY + "repeats: 3\nskip: [{arm: b, repeat: [-1]}]\n")
+    msg = error_of(params.load_study, tree / "studies/01.yaml")
+    assert "01.yaml" in msg and "skip[0].repeat" in msg
+
+
+def test_placement_is_a_validated_setting(tree: Path):
+    assert params.load_study(tree / "studies/01.yaml").placement == "auto"
+    write(tree / "studies/01.yaml", STUDY + "placement: none\n")
+    assert params.load_study(tree / "studies/01.yaml").placement == "none"
+    write(tree / "studies/01.yaml", STUDY + "placement: pinned\n")
+    msg = error_of(params.load_study, tree / "studies/01.yaml")
+    assert "01.yaml" in msg and "placement" in msg and "'auto'" in msg and "pinned" in msg
+    # how the machine was used is not what a cell measured: the cell ids stay
+    from specrepro.identity import measurement
+
+    write(tree / "studies/01.yaml", STUDY + "placement: none\n")
+    pinned_off = params.load_study(tree / "studies/01.yaml")
+    assert measurement(pinned_off) == measurement(pinned_off.model_copy(
+        update={"placement": "auto"}))
+
+
 def test_gate_passes():
     gate = params.Gate(
         name="g",
@@ -325,6 +357,23 @@ def test_shipped_suites_cover_every_notebook(name: str):
     for nb, study in params.resolve_all(suite).items():
         assert study.notebook_id == nb and any(True for _ in study.cells())
         assert all(a.resolved.engine in ("embedded", "transformers") for a in study.arms)
+
+
+def test_the_default_suite_repeats_every_speed_cell_three_times():
+    """Greedy acceptance and correctness repeat exactly; speed does not. Only cells read for
+    acceptance or correctness alone (03's GSM8K and code, 05's GSM8K identity gate) may run
+    fewer times."""
+    from collections import Counter
+
+    once_allowed = {("03_target_precision", "gsm8k"), ("03_target_precision", "humaneval"),
+                    ("05_fp8_drafter_gates", "gsm8k")}
+    for nb, study in params.resolve_all(params.load_suite(PARAMS / "default.yaml")).items():
+        runs = Counter((c.arm.name, c.workload.name, c.concurrency, c.sampling.temperature)
+                       for c in study.cells())
+        for (arm, workload, level, temp), n in runs.items():
+            assert n >= 3 or (nb, workload) in once_allowed, (nb, arm, workload, level, temp, n)
+        assert {c.seed for c in study.cells()} == {study.seed_for(r) for r in
+                                                   range(study.repeats)}
 
 
 def test_smoke_is_tiny():

@@ -50,17 +50,15 @@ def test_attempts_append_and_never_overwrite(store: ResultStore):
     c = cid(1)
     assert store.next_attempt(c) == 1
     store.append_cell({"cell_id": c, "status": "failed", "error": "engine died"})
-    first = (store.cells_dir / f"{c}-a001.parquet").read_bytes()
+    a1, a2 = (f"{c}-a00{n}--{store.session_id}.parquet" for n in (1, 2))
+    first = (store.cells_dir / a1).read_bytes()
     assert store.next_attempt(c) == 2
     store.append_cell({"cell_id": c, "status": "ok", "agg_tok_s": 12.5}, requests_for(2))
-    assert sorted(p.name for p in store.cells_dir.iterdir()) == [
-        f"{c}-a001.parquet",
-        f"{c}-a002.parquet",
-    ]
-    assert (store.cells_dir / f"{c}-a001.parquet").read_bytes() == first
+    assert sorted(p.name for p in store.cells_dir.iterdir()) == [a1, a2]
+    assert (store.cells_dir / a1).read_bytes() == first
     with pytest.raises(ResultsError, match="never overwritten"):
         store.append_cell({"cell_id": c, "attempt": 1, "status": "ok"})
-    assert (store.cells_dir / f"{c}-a001.parquet").read_bytes() == first
+    assert (store.cells_dir / a1).read_bytes() == first
     # a new store on the same directory numbers on from what is on disk
     again = ResultStore(store.root.parents[1], store.study, store.run_id)
     assert again.next_attempt(c) == 3
@@ -158,3 +156,141 @@ def test_manifest_sessions_append_with_required_fields(store: ResultStore):
     assert first["gpu"]["gpus"] or first["gpu"]["note"]  # a GPU, or a note saying why none
     assert first["ended_at"] and manifest["sessions"][1]["ended_at"] is None
     assert manifest["sessions"][1]["params"] == {"concurrency": [1]}
+
+
+# ------------------------------------------------------------------- merging and compacting
+
+
+def files(store: ResultStore, table: str) -> list[str]:
+    return sorted(p.name for p in (store.root / table).iterdir())
+
+
+def snapshot(root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Everything the loaders give, in a stable order."""
+    return (results.load_attempts(root).sort("cell_id", "attempt"), results.load_cells(root),
+            results.load_requests(root))
+
+
+def same(a: tuple, b: tuple) -> bool:
+    return all(x.equals(y) for x, y in zip(a, b, strict=True))
+
+
+def fill(store: ResultStore) -> None:
+    """Three cells, four attempts, one failed; requests for each."""
+    store.append_cell({"cell_id": cid(1), "status": "failed"}, requests_for(1, "f"))
+    store.append_cell({"cell_id": cid(1), "status": "ok", "agg_tok_s": 1.0}, requests_for(2, "a"))
+    store.append_cell({"cell_id": cid(2), "status": "ok", "agg_tok_s": 2.0}, requests_for(3, "b"))
+    store.append_cell({"cell_id": cid(4), "status": "interrupted"}, requests_for(1, "i"))
+
+
+def test_session_end_merges_its_parts_into_one_file_per_table(store: ResultStore):
+    fill(store)
+    before = snapshot(store.root)
+    assert len(files(store, "cells")) == 4 and len(files(store, "requests")) == 4
+    store.end_session()
+    merged = [f"session-{store.session_id}.parquet"]
+    assert files(store, "cells") == merged and files(store, "requests") == merged
+    assert same(snapshot(store.root), before)  # no row lost, none added
+    assert before[0].height == 4 and before[2]["text"].to_list() == ["a", "a", "b", "b", "b"]
+    for table, schema in (("cells", CELL_SCHEMA), ("requests", REQUEST_SCHEMA)):
+        assert pl.read_parquet(store.root / table / merged[0]).schema == pl.Schema(schema)
+    assert "merge_error" not in store.manifest()["sessions"][0]
+    # attempt numbers go on from the merged file in the next session
+    second = ResultStore(store.root.parents[1], store.study, store.run_id)
+    second.begin_session()
+    assert second.next_attempt(cid(1)) == 3 and second.next_attempt(cid(8)) == 1
+    second.append_cell({"cell_id": cid(1), "status": "ok", "agg_tok_s": 3.0}, requests_for(1))
+    with pytest.raises(ResultsError, match="never overwritten"):
+        second.append_cell({"cell_id": cid(2), "attempt": 1, "status": "ok"})
+    second.end_session()
+    assert len(files(second, "cells")) == 2  # one file per session
+    cells = second.load_cells()
+    assert cells.filter(pl.col("cell_id") == cid(1))["attempt"].to_list() == [3]
+    assert results.load_attempts(second.root).height == 5
+
+
+def test_a_killed_session_keeps_its_parts_loads_and_compacts(store: ResultStore):
+    fill(store)  # the session never ends: killed
+    killed = store.session_id
+    before = snapshot(store.root)
+    later = ResultStore(store.root.parents[1], store.study, store.run_id)
+    assert same(snapshot(later.root), before) and later.completed_cell_ids() == {cid(1), cid(2)}
+    later.begin_session()
+    assert later.next_attempt(cid(1)) == 3  # numbering increases across sessions
+    later.append_cell({"cell_id": cid(4), "status": "ok"}, requests_for(1, "new"))
+    later.end_session()
+    # the later session merged its own part only; the killed one's stay until compacted
+    assert f"session-{later.session_id}.parquet" in files(later, "cells")
+    assert sum(killed in n for n in files(later, "cells")) == 4
+    after_later = snapshot(later.root)
+    assert after_later[0].height == 5
+    assert results.compact(later.root.parents[1]) == {later.root: {"requests": 4, "cells": 4}}
+    want = sorted(f"session-{s}.parquet" for s in (killed, later.session_id))
+    assert files(later, "cells") == want and files(later, "requests") == want
+    assert same(snapshot(later.root), after_later)
+    # merging again changes nothing, byte for byte
+    blobs = {p: p.read_bytes() for p in later.root.glob("*/*.parquet")}
+    assert later.compact() == {"requests": 0, "cells": 0}
+    assert {p: p.read_bytes() for p in later.root.glob("*/*.parquet")} == blobs
+
+
+def test_leftover_parts_beside_their_merged_file_count_once(store: ResultStore):
+    fill(store)
+    parts = {p: p.read_bytes() for p in store.root.glob("*/*.parquet")}
+    before = snapshot(store.root)
+    store.end_session()
+    for path, blob in parts.items():  # killed after the rename, before deleting the parts
+        path.write_bytes(blob)
+    (store.cells_dir / f".session-{store.session_id}.parquet.x.tmp").write_bytes(b"half")
+    assert same(snapshot(store.root), before)
+    assert results.load_requests(store.root).height == 5  # no request twice
+    assert store.compact() == {"requests": 4, "cells": 4}
+    assert files(store, "cells") == [f"session-{store.session_id}.parquet"]  # temp file gone
+    assert same(snapshot(store.root), before)
+
+
+def test_a_merge_that_would_lose_rows_keeps_the_parts(store: ResultStore, monkeypatch):
+    fill(store)
+    before = snapshot(store.root)
+    real = results._read
+    monkeypatch.setattr(results, "_read", lambda fs, table: real(fs, table).head(1))
+    store.end_session()  # the merged file lacks rows: no part is deleted, the session says so
+    assert "rows of" in store.manifest()["sessions"][0]["merge_error"]
+    monkeypatch.undo()
+    # a part goes only once its rows are in the merged file: the others are all still there
+    assert len(files(store, "cells")) == 4 and len(files(store, "requests")) > 1
+    assert same(snapshot(store.root), before)
+    store.compact()
+    assert same(snapshot(store.root), before)
+    assert files(store, "cells") == [f"session-{store.session_id}.parquet"]
+
+
+def test_an_old_store_of_attempt_parts_loads_and_compacts_by_session(tmp_path: Path):
+    old = ResultStore(tmp_path, "07_the_bill", "default")
+    old.begin_session()
+    session = old.session_id
+    old.session_id = None  # parts as stores wrote them before sessions merged: no session id
+    old.append_cell({"cell_id": cid(1), "status": "ok", "started_at": results.now()},
+                    requests_for(2))
+    old.append_cell({"cell_id": cid(2), "status": "ok", "started_at": "2020-01-01T00:00:00"},
+                    requests_for(1))  # before any session of the manifest
+    assert files(old, "cells") == [f"{cid(1)}-a001.parquet", f"{cid(2)}-a001.parquet"]
+    before = snapshot(tmp_path)
+    assert before[1].height == 2 and before[2].height == 3
+    results.compact(tmp_path)
+    assert files(old, "cells") == [f"session-{session}.parquet", "session-unknown.parquet"]
+    assert same(snapshot(tmp_path), before)
+    assert ResultStore(tmp_path, "07_the_bill", "default").next_attempt(cid(2)) == 2
+
+
+def test_compact_command(store: ResultStore, capsys):
+    fill(store)
+    results_dir = store.root.parents[1]
+    assert results.main([str(results_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "merged 4 cells and 4 requests parts; now 1 cells and 1 requests files" in out
+    assert results.main([str(results_dir / "nowhere")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    from specrepro.cli import SUBCOMMANDS
+
+    assert SUBCOMMANDS["compact"][0] == "specrepro.results"

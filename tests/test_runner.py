@@ -119,6 +119,14 @@ def test_small_sweep_fills_every_column_and_agrees_with_the_counters(
     session = store.manifest()["sessions"][0]
     assert session["engines"][0]["version"].startswith("specrepro-embedded")
     assert session["power_note"] and session["params"]["name"] == "tiny_sweep"
+    # the session's parts were merged at its end: one file per table (the resume wrote none)
+    for table in ("cells", "requests"):
+        assert [p.name for p in (store.root / table).iterdir()] == [
+            f"session-{session['session_id']}.parquet"]
+    # an attached engine is not the harness's to place
+    assert session["placement"]["pinned"] is False
+    assert "attached engine" in session["placement"]["note"]
+    assert session["engines"][0]["placement"] == session["placement"]
 
 
 def test_window_mode_with_warmup(embedded_server, params_dir, tmp_path):
@@ -314,6 +322,98 @@ def test_engine_death_mid_cell_is_a_failed_cell_and_a_rerun_completes(
     summary, store = run(path, tmp_path)  # all done: the engine is not even launched
     assert (summary.ok, summary.skipped) == (0, 2)
     assert store.manifest()["sessions"][-1]["engines"] == []
+
+
+# ---------------------------------------------------------------------- CPU placement
+
+
+def test_plan_placement_splits_the_cpus_or_says_why_not():
+    plan = process.plan_placement
+    two = plan("auto", (0, 1), 1)
+    assert (two.engine_cpus, two.client_cpus, two.pinned, two.threads) == ((1,), (0,), True, 1)
+    assert two.record() == {"engine_cpus": [1], "client_cpus": [0], "pinned": True,
+                            "note": two.note}
+    assert "engine on CPUs [1] (1 thread)" in two.note and "CPUs [0]" in two.note
+    four = plan("auto", (0, 1, 2, 3), None)  # as many threads as it gets: all but one CPU
+    assert (four.engine_cpus, four.client_cpus, four.threads) == ((1, 2, 3), (0,), 3)
+    assert plan("auto", (0, 1, 2, 3), 2).client_cpus == (0, 1)
+    capped = plan("auto", (4, 5), 3)  # the profile's own threads: kept, and the note says so
+    assert capped.engine_cpus == (5,) and capped.threads is None and "exceed" in capped.note
+    for policy, cpus, why, note in [("auto", (3,), None, "one CPU"),
+                                    ("auto", None, None, "no CPU affinity"),
+                                    ("none", (0, 1), None, "placement 'none'"),
+                                    ("auto", (0, 1), "attached: not ours", "attached: not ours")]:
+        got = plan(policy, cpus, 1, why_not=why)
+        assert not got.pinned and note in got.note and got.threads is None, (policy, cpus)
+        assert got.engine_cpus == got.client_cpus == tuple(cpus or ())
+
+
+def test_the_embedded_engine_computes_with_the_threads_its_server_would_use():
+    from specrepro.harness.engines import ADAPTERS
+    from specrepro.params import Profile
+
+    def profile(**flags):
+        return Profile(name="p", engine="embedded", command=["x"], model={"id": "m"},
+                       flags=flags)
+
+    embedded = ADAPTERS["embedded"]
+    assert embedded.threads_flag == "--threads"
+    assert embedded.cpu_threads(profile()) == 1  # serve.engine_threads' CPU default
+    assert embedded.cpu_threads(profile(threads=3)) == 3
+    assert embedded.cpu_threads(profile(device="cuda")) is None
+    assert ADAPTERS["vllm"].cpu_threads(profile()) is None and ADAPTERS["vllm"].threads_flag is None
+
+
+def test_session_placement_names_the_arms_placed_otherwise():
+    from specrepro.harness.runner import session_placement
+
+    pinned = process.plan_placement("auto", (0, 1), 1)
+    peer = process.plan_placement("auto", (0, 1), None, why_not="in-process peer")
+    assert session_placement({"a": pinned, "b": pinned}) == pinned.record()
+    mixed = session_placement({"peer": peer, "a": pinned})
+    assert mixed["pinned"] and mixed["engine_cpus"] == [1]
+    assert "arm 'peer': in-process peer" in mixed["note"]
+    assert session_placement({})["note"] == "no engine was started in this session"
+
+
+def test_a_launched_engine_and_the_load_generator_run_on_disjoint_cpus(
+        tiny_checkpoint, params_dir, tmp_path, monkeypatch):
+    from specrepro.harness import runner
+
+    port = free_port()
+    embedded_profile(params_dir, tiny_checkpoint, port)
+    path = study(params_dir, [{"name": "mtp", "profile": "tiny-mtp"}],
+                 workloads=[{"name": "essays", "n": 2, "form": "chat", "max_tokens": 8}])
+    cpus = set(os.sched_getaffinity(0))
+    seen = {}
+    real_run = runner.LoadGenerator.run
+
+    def spy(self, prompts, scrape=None):  # while a cell measures: every thread's mask
+        pid = engine_pid(port)
+        seen["engine"] = {int(t): os.sched_getaffinity(int(t))
+                          for t in os.listdir(f"/proc/{pid}/task")}
+        seen["client"] = {int(t): os.sched_getaffinity(int(t))
+                          for t in os.listdir("/proc/self/task")}
+        return real_run(self, prompts, scrape)
+
+    monkeypatch.setattr(runner.LoadGenerator, "run", spy)
+    summary, store = run(path, tmp_path)
+    assert summary.ok == 1, summary.errors
+    session = store.manifest()["sessions"][-1]
+    placement, argv = session["placement"], session["engines"][0]["argv"]
+    assert session["engines"][0]["placement"] == placement
+    assert set(os.sched_getaffinity(0)) == cpus  # the harness is back on its CPUs
+    if len(cpus) < 2:
+        assert not placement["pinned"] and "one CPU" in placement["note"]
+        assert "--threads" not in argv
+        return
+    engine, client = {max(cpus)}, cpus - {max(cpus)}
+    assert placement == {"engine_cpus": [max(cpus)], "client_cpus": sorted(client),
+                         "pinned": True, "note": placement["note"]}
+    assert argv[-2:] == ["--threads", "1"]  # the server's threads match its one CPU
+    # every thread of the engine (its engine loop, torch's) and of the harness is on its set
+    assert len(seen["engine"]) >= 2 and all(m == engine for m in seen["engine"].values())
+    assert all(m == client for m in seen["client"].values())
 
 
 def test_ctrl_c_raises_restores_the_hosts_handler():

@@ -1,27 +1,44 @@
 """The results store: append-only Parquet tables of cells and requests, and a manifest.
 
 Design (docs/architecture.md "Contract: results"):
-- Layout: `<results_dir>/<study>/<run_id>/` with `cells/` and `requests/` (one Parquet
-  part file per attempt of a cell, `<cell_id>-a<attempt>.parquet`), `manifest.json`
-  (one entry per session that wrote to this run) and `logs/`.
+- Layout: `<results_dir>/<study>/<run_id>/` with `cells/` and `requests/`, `manifest.json`
+  (one entry per session that wrote to this run) and `logs/`. A table folder holds, per
+  session (one `specrepro run` or measuring notebook), one merged file
+  `session-<session_id>.parquet`, plus, while a session runs (or after one was killed), one
+  part file per attempt, `<cell_id>-a<attempt>--<session_id>.parquet` (stores written before
+  sessions merged: `<cell_id>-a<attempt>.parquet`, still read).
 - A **cell** is one arm x workload x concurrency x sampling x repeat; its `cell_id`
   (`specrepro.identity.cell_id`) hashes everything that defines it, so a changed parameter
-  is a new cell, measured anew.
-- Every attempt is a new part file, written to a temporary name and hard-linked into
-  place (which fails rather than replace an existing file): nothing is ever rewritten.
-  The requests part is written before the cells part, so a cell row implies its requests.
+  is a new cell, measured anew. An **attempt** (cell_id, attempt number) is written once and
+  never changed: that pair keys a cells row (and with request_idx a requests row), and the
+  loaders drop a row whose key they have already read, so a merged file and leftover parts
+  of the same session never count twice.
+- Writing: every attempt is a part file, written to a temporary name, fsynced and
+  hard-linked into place (which fails rather than replace an existing file). The requests
+  part is written before the cells part, so a cell row implies its requests. A killed
+  session keeps every part it wrote.
+- Merging (`end_session`, and `compact()` / `specrepro compact DIR` for killed sessions and
+  old stores): a session's parts, and whatever its merged file already holds, are written
+  to a temporary file, fsynced and renamed over `session-<id>.parquet`; only once its keys
+  are read back from there are the parts deleted. Parts without a session id go to the
+  session of the manifest that was running when the attempt started (`session-unknown`
+  where none was). It runs under an exclusive flock on the table folder, so two merges
+  never race; merging again changes nothing.
 - Resume: `completed_cell_ids()` are the cells with an `ok` attempt; a re-run skips them.
   The loader returns, per cell, the latest `ok` attempt; failed attempts stay on disk.
+  Attempt numbers continue from the highest on disk, parts and merged files alike.
 - Manifest: begin_session(info) takes what only the caller knows (`params`: the resolved
   study; `engines`: name, version, flags, argv; `models`: ids and revisions) and adds git
   commit and dirty flag, package versions, host, GPU/driver/CUDA (NVML) and the start time;
   update_session() adds engines as they launch, end_session() the end time.
-- Every part file has the same columns and types (CELL_SCHEMA / REQUEST_SCHEMA): a row
+- Every file has the same columns and types (CELL_SCHEMA / REQUEST_SCHEMA): a row
   that leaves a column out gets its default, a row with a column the schema lacks fails.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import datetime as dt
 import importlib.metadata
 import json
@@ -31,6 +48,7 @@ import platform
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
@@ -44,81 +62,36 @@ from specrepro.identity import jsonable
 
 STATUSES = ("ok", "failed", "interrupted")
 
+_S, _I, _F, _B, _UTC = pl.String, pl.Int64, pl.Float64, pl.Boolean, pl.Datetime("us", "UTC")
+
 CELL_SCHEMA: dict[str, pl.DataType] = {
-    "study": pl.String,
-    "run_id": pl.String,
-    "cell_id": pl.String,
-    "attempt": pl.Int64,
-    "status": pl.String,
-    "error": pl.String,
-    "started_at": pl.Datetime("us", "UTC"),
-    "ended_at": pl.Datetime("us", "UTC"),
-    "arm": pl.String,
-    "profile": pl.String,
-    "engine": pl.String,
-    "engine_version": pl.String,
-    "method": pl.String,
-    "num_speculative_tokens": pl.Int64,
-    "schedule": pl.String,  # the draft schedule as JSON ([[lo, hi, k], ...]) or null
-    "workload": pl.String,
-    "n_prompts": pl.Int64,
-    "concurrency": pl.Int64,
-    "temperature": pl.Float64,
-    "top_p": pl.Float64,
-    "top_k": pl.Int64,
-    "repeat": pl.Int64,
-    "seed": pl.Int64,
-    "ignore_eos": pl.Boolean,
-    "n_requests": pl.Int64,
-    "n_errors": pl.Int64,
-    "prompt_tokens": pl.Int64,
-    "output_tokens": pl.Int64,
-    "wall_s": pl.Float64,
-    "agg_tok_s": pl.Float64,
-    "per_stream_tok_s": pl.Float64,
-    "ttft_p50_ms": pl.Float64,
-    "ttft_p95_ms": pl.Float64,
-    "itl_p50_ms": pl.Float64,
-    "e2e_p50_s": pl.Float64,
-    "num_drafts": pl.Int64,
-    "num_draft_tokens": pl.Int64,
-    "num_accepted_tokens": pl.Int64,
-    "acceptance_length": pl.Float64,
-    "draft_acceptance_rate": pl.Float64,
-    "per_position_acceptance": pl.List(pl.Float64),
-    "step_ms": pl.Float64,
-    "gsm8k_strict_correct": pl.Int64,
-    "gsm8k_flexible_correct": pl.Int64,
-    "gsm8k_n": pl.Int64,
-    "repeated_4gram_share": pl.Float64,
-    "identical_to_baseline": pl.Float64,  # share of requests token-identical to the baseline arm
-    "power_w_mean": pl.Float64,
-    "energy_j": pl.Float64,
-    "tokens_per_joule": pl.Float64,
-    "peak_mem_mib": pl.Float64,
-    "kv_pool_tokens": pl.Int64,
-    "max_concurrency": pl.Float64,  # the engine's "Maximum concurrency ... 3.01x"
-    "counters_consistent": pl.Boolean,
-    "warnings": pl.List(pl.String),
+    "study": _S, "run_id": _S, "cell_id": _S, "attempt": _I, "status": _S, "error": _S,
+    "started_at": _UTC, "ended_at": _UTC,
+    "arm": _S, "profile": _S, "engine": _S, "engine_version": _S, "method": _S,
+    "num_speculative_tokens": _I,
+    "schedule": _S,  # the draft schedule as JSON ([[lo, hi, k], ...]) or null
+    "workload": _S, "n_prompts": _I, "concurrency": _I,
+    "temperature": _F, "top_p": _F, "top_k": _I, "repeat": _I, "seed": _I, "ignore_eos": _B,
+    "n_requests": _I, "n_errors": _I, "prompt_tokens": _I, "output_tokens": _I,
+    "wall_s": _F, "agg_tok_s": _F, "per_stream_tok_s": _F,
+    "ttft_p50_ms": _F, "ttft_p95_ms": _F, "itl_p50_ms": _F, "e2e_p50_s": _F,
+    "num_drafts": _I, "num_draft_tokens": _I, "num_accepted_tokens": _I,
+    "acceptance_length": _F, "draft_acceptance_rate": _F,
+    "per_position_acceptance": pl.List(_F), "step_ms": _F,
+    "gsm8k_strict_correct": _I, "gsm8k_flexible_correct": _I, "gsm8k_n": _I,
+    "repeated_4gram_share": _F,
+    "identical_to_baseline": _F,  # share of requests token-identical to the baseline arm
+    "power_w_mean": _F, "energy_j": _F, "tokens_per_joule": _F, "peak_mem_mib": _F,
+    "kv_pool_tokens": _I,
+    "max_concurrency": _F,  # the engine's "Maximum concurrency ... 3.01x"
+    "counters_consistent": _B, "warnings": pl.List(_S),
 }
 
 REQUEST_SCHEMA: dict[str, pl.DataType] = {
-    "cell_id": pl.String,
-    "attempt": pl.Int64,
-    "request_idx": pl.Int64,
-    "prompt_id": pl.String,
-    "seed": pl.Int64,
-    "ttft_s": pl.Float64,
-    "itl_s": pl.List(pl.Float64),
-    "e2e_s": pl.Float64,
-    "prompt_tokens": pl.Int64,
-    "completion_tokens": pl.Int64,
-    "text": pl.String,
-    "token_ids": pl.List(pl.Int64),
-    "finish_reason": pl.String,
-    "error": pl.String,
-    "gsm8k_strict": pl.Boolean,
-    "gsm8k_flexible": pl.Boolean,
+    "cell_id": _S, "attempt": _I, "request_idx": _I, "prompt_id": _S, "seed": _I,
+    "ttft_s": _F, "itl_s": pl.List(_F), "e2e_s": _F, "prompt_tokens": _I,
+    "completion_tokens": _I, "text": _S, "token_ids": pl.List(_I), "finish_reason": _S,
+    "error": _S, "gsm8k_strict": _B, "gsm8k_flexible": _B,
 }
 
 # Columns a row must give; every other column defaults to null ([] for warnings).
@@ -127,27 +100,20 @@ REQUEST_REQUIRED = ("request_idx",)
 DEFAULTS: dict[str, Any] = {"warnings": []}
 
 MANIFEST_PACKAGES = (
-    "specrepro",
-    "torch",
-    "polars",
-    "pyarrow",
-    "pydantic",
-    "numpy",
-    "transformers",
-    "tokenizers",
-    "safetensors",
-    "datasets",
-    "evaluate",
-    "papermill",
-    "aiohttp",
-    "openai",
-    "nvidia-ml-py",
-    "vllm",
-    "sglang",
-    "flashinfer-python",
+    "specrepro", "torch", "polars", "pyarrow", "pydantic", "numpy", "transformers",
+    "tokenizers", "safetensors", "datasets", "evaluate", "papermill", "aiohttp", "openai",
+    "nvidia-ml-py", "vllm", "sglang", "flashinfer-python",
 )
 
-_PART = re.compile(r"^(?P<cell>[0-9a-f]{16})-a(?P<attempt>\d+)\.parquet$")
+# Session ids are `<UTC time>-<6 hex>` (begin_session); `unknown` names the merged file of
+# old parts that no session of the manifest covers.
+_SESSION = r"\d{8}T\d{6}Z-[0-9a-f]{6}"
+_PART = re.compile(
+    rf"^(?P<cell>[0-9a-f]{{16}})-a(?P<attempt>\d+)(?:--(?P<session>{_SESSION}))?\.parquet$")
+_MERGED = re.compile(rf"^session-(?P<session>{_SESSION}|unknown)\.parquet$")
+UNKNOWN_SESSION = "unknown"
+# What keys a row: an attempt is written once, so a key read twice is the same row.
+KEYS = {"cells": ["cell_id", "attempt"], "requests": ["cell_id", "attempt", "request_idx"]}
 
 
 class ResultsError(ValueError):
@@ -195,21 +161,18 @@ def _coerce(column: str, dtype: pl.DataType, value: Any, where: str) -> Any:
                 raise TypeError
             return [_coerce(column, dtype.inner, v, where) for v in value]
     except (TypeError, ValueError):
-        raise ResultsError(
-            f"{where}: column {column!r}: expected {dtype}, found {value!r}"
-        ) from None
+        raise ResultsError(f"{where}: column {column!r}: expected {dtype}, found {value!r}"
+                           ) from None
     return value
 
 
-def normalize(
-    row: Mapping[str, Any], schema: Mapping[str, pl.DataType], required: Iterable[str], where: str
-) -> dict[str, Any]:
+def normalize(row: Mapping[str, Any], schema: Mapping[str, pl.DataType],
+              required: Iterable[str], where: str) -> dict[str, Any]:
     """A row with every schema column, defaults filled in and values coerced."""
     unknown = [k for k in row if k not in schema]
     if unknown:
         raise ResultsError(
-            f"{where}: unknown column(s) {unknown}; expected columns of {', '.join(schema)}"
-        )
+            f"{where}: unknown column(s) {unknown}; expected columns of {', '.join(schema)}")
     missing = [k for k in required if row.get(k) is None]
     if missing:
         raise ResultsError(f"{where}: missing required column(s) {missing}")
@@ -231,18 +194,39 @@ def empty(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
 # ----------------------------------------------------------------------- writing
 
 
-def write_part(df: pl.DataFrame, path: Path) -> None:
-    """Write a Parquet part atomically, refusing to replace an existing file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _fsync(path: Path) -> None:
+    """Flush a file, or a folder's entries (a new name, a removed one), to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _temp_parquet(df: pl.DataFrame, folder: Path, name: str) -> str:
+    """df written and fsynced under a temporary name in folder (the caller renames it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
         df.write_parquet(tmp)
+        _fsync(Path(tmp))
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
+def write_part(df: pl.DataFrame, path: Path) -> None:
+    """Write a Parquet part atomically, refusing to replace an existing file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_parquet(df, path.parent, path.name)
+    try:
         os.link(tmp, path)  # atomic, and fails with FileExistsError where rename would replace
     except FileExistsError:
         raise ResultsError(f"{path}: part file exists; attempts are never overwritten") from None
     finally:
         os.unlink(tmp)
+    _fsync(path.parent)
 
 
 def _write_json(data: Any, path: Path) -> None:
@@ -258,63 +242,61 @@ def _write_json(data: Any, path: Path) -> None:
 # ----------------------------------------------------------------------- reading
 
 
-def _parts(root: Path, table: str) -> list[Path]:
-    root = Path(root)
-    return sorted(p for p in root.glob(f"**/{table}/*.parquet") if _PART.match(p.name))
+def _files(root: Path, table: str) -> list[Path]:
+    """Merged session files and parts of a table, in every run folder at or under root."""
+    return sorted(p for p in Path(root).glob(f"**/{table}/*.parquet")
+                  if _PART.match(p.name) or _MERGED.match(p.name))
+
+
+def _read(files: Iterable[Path], table: str) -> pl.DataFrame:
+    """The rows of these files, each key once (a merged file and leftover parts of the same
+    session hold the same rows), in the schema's column order."""
+    schema = CELL_SCHEMA if table == "cells" else REQUEST_SCHEMA
+    frames = [pl.read_parquet(f).select(list(schema)) for f in files]
+    if not frames:
+        return empty(schema)
+    keys = KEYS[table] if table == "requests" else ["study", "run_id", *KEYS[table]]
+    return pl.concat(frames, how="vertical").unique(keys, keep="first", maintain_order=True)
 
 
 def load_attempts(path: Path | str) -> pl.DataFrame:
     """Every attempt (ok, failed, interrupted) under a run directory or any directory above."""
-    parts = _parts(Path(path), "cells")
-    if not parts:
-        return empty(CELL_SCHEMA)
-    return pl.concat([pl.read_parquet(p) for p in parts], how="vertical").select(list(CELL_SCHEMA))
+    return _read(_files(Path(path), "cells"), "cells")
 
 
 def load_cells(path: Path | str) -> pl.DataFrame:
     """Per cell (within its study and run), the latest attempt whose status is ok."""
     cells = load_attempts(path).filter(pl.col("status") == "ok")
     keys = ["study", "run_id", "cell_id"]
-    return (
-        cells.sort("attempt")
-        .group_by(keys, maintain_order=True)
-        .last()
-        .select(list(CELL_SCHEMA))
-        .sort(
-            ["study", "run_id", "arm", "workload", "concurrency", "temperature", "repeat"],
-            nulls_last=True,
-        )
-    )
+    return (cells.sort("attempt").group_by(keys, maintain_order=True).last()
+            .select(list(CELL_SCHEMA))
+            .sort(["study", "run_id", "arm", "workload", "concurrency", "temperature", "repeat",
+                   "cell_id"],
+                  nulls_last=True))
 
 
 def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.DataFrame:
     """The requests of the attempts load_cells() chooses (or of the cells given)."""
     root = Path(path)
     chosen = (load_cells(root) if cells is None else cells).select(
-        ["study", "run_id", "cell_id", "attempt"]
-    )
+        ["study", "run_id", "cell_id", "attempt"])
+    by_run: dict[Path, list[Path]] = {}
+    for f in _files(root, "requests"):
+        by_run.setdefault(f.parent.parent, []).append(f)
     frames = []
-    for part in _parts(root, "requests"):
-        m = _PART.match(part.name)
-        hit = chosen.filter(
-            (pl.col("cell_id") == m["cell"]) & (pl.col("attempt") == int(m["attempt"]))
-        )
-        run_dir = part.parent.parent
-        hit = hit.filter(
-            (pl.col("run_id") == run_dir.name) & (pl.col("study") == run_dir.parent.name)
-        )
+    for run_dir, files in by_run.items():
+        study, run_id = run_dir.parent.name, run_dir.name
+        want = chosen.filter((pl.col("study") == study) & (pl.col("run_id") == run_id))
+        if not want.height:
+            continue
+        hit = _read(files, "requests").join(want.select(KEYS["cells"]), on=KEYS["cells"],
+                                            how="semi")
         if hit.height:
-            frames.append(
-                pl.read_parquet(part)
-                .select(list(REQUEST_SCHEMA))
-                .with_columns(
-                    pl.lit(run_dir.parent.name).alias("study"), pl.lit(run_dir.name).alias("run_id")
-                )
-            )
+            frames.append(hit.with_columns(pl.lit(study).alias("study"),
+                                           pl.lit(run_id).alias("run_id")))
     if not frames:
         return empty(REQUEST_SCHEMA).with_columns(
-            pl.lit(None, pl.String).alias("study"), pl.lit(None, pl.String).alias("run_id")
-        )
+            pl.lit(None, pl.String).alias("study"), pl.lit(None, pl.String).alias("run_id"))
     return pl.concat(frames, how="vertical").sort(["cell_id", "request_idx"])
 
 
@@ -338,9 +320,8 @@ def git_state(cwd: Path | None = None) -> dict[str, Any]:
 
     def git(*args: str) -> str | None:
         try:
-            res = subprocess.run(
-                ["git", *args], cwd=where, capture_output=True, text=True, timeout=10, check=False
-            )
+            res = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True,
+                                 timeout=10, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return None
         return res.stdout.strip() if res.returncode == 0 else None
@@ -367,21 +348,12 @@ def gpu_info() -> dict[str, Any]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(handle)
-            gpus.append(
-                {
-                    "index": i,
-                    "name": name.decode() if isinstance(name, bytes) else name,
-                    "memory_mib": pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20,
-                    "power_limit_w": _power_limit_w(pynvml, handle),
-                }
-            )
+            gpus.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                         "memory_mib": pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20,
+                         "power_limit_w": _power_limit_w(pynvml, handle)})
         driver = pynvml.nvmlSystemGetDriverVersion()
-        return {
-            "gpus": gpus,
-            "driver": driver.decode() if isinstance(driver, bytes) else driver,
-            "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}",
-            "note": None,
-        }
+        return {"gpus": gpus, "driver": driver.decode() if isinstance(driver, bytes) else driver,
+                "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}", "note": None}
     finally:
         pynvml.nvmlShutdown()
 
@@ -466,9 +438,19 @@ class ResultStore:
         return self._edit_session(change)
 
     def end_session(self, status: str = "ok") -> dict[str, Any]:
+        """End time and status, after merging this session's parts into its session file;
+        a merge that fails keeps the parts (nothing is lost) and says so in the session."""
+        error = None
+        try:
+            self.merge_session()
+        except (OSError, ResultsError, pl.exceptions.PolarsError) as err:
+            error = f"{type(err).__name__}: {err}; the parts stay; `specrepro compact` merges them"
+
         def change(session: dict) -> None:
             session["ended_at"] = now().isoformat()
             session["status"] = status
+            if error:
+                session["merge_error"] = error
 
         return self._edit_session(change)
 
@@ -483,69 +465,62 @@ class ResultStore:
 
     # -- attempts -----------------------------------------------------------------
 
+    def part_name(self, cell_id: str, attempt: int) -> str:
+        """`<cell_id>-a<attempt>--<session_id>.parquet` (without a session: no suffix)."""
+        suffix = f"--{self.session_id}" if self.session_id else ""
+        return f"{cell_id}-a{attempt:03d}{suffix}.parquet"
+
     def _scan(self) -> dict[str, int]:
+        """cell_id -> highest attempt on disk, from part names and merged files' keys."""
         if self._attempts is None:
             self._attempts = {}
-            for part in list(self.cells_dir.glob("*.parquet")) + list(
-                self.requests_dir.glob("*.parquet")
-            ):
-                m = _PART.match(part.name)
-                if m:
-                    n = int(m["attempt"])
-                    self._attempts[m["cell"]] = max(n, self._attempts.get(m["cell"], 0))
+            for folder in (self.cells_dir, self.requests_dir):
+                for f in folder.glob("*.parquet"):
+                    if m := _PART.match(f.name):
+                        pairs = [(m["cell"], int(m["attempt"]))]
+                    elif _MERGED.match(f.name):
+                        pairs = pl.read_parquet(f, columns=KEYS["cells"]).unique().rows()
+                    else:
+                        continue
+                    for cid, n in pairs:
+                        self._attempts[cid] = max(n, self._attempts.get(cid, 0))
         return self._attempts
 
     def next_attempt(self, cell_id: str) -> int:
         """1 for a cell never tried here, else one past the highest attempt on disk."""
         return self._scan().get(cell_id, 0) + 1
 
-    def append_cell(
-        self,
-        row: Mapping[str, Any],
-        requests_rows: Iterable[Mapping[str, Any]] = (),
-    ) -> pl.DataFrame:
+    def append_cell(self, row: Mapping[str, Any],
+                    requests_rows: Iterable[Mapping[str, Any]] = ()) -> pl.DataFrame:
         """Write one attempt: its requests part, then its cells part. `attempt` defaults
         to next_attempt(cell_id); study and run_id come from the store."""
         row = dict(row)
         cid = row.get("cell_id")
         if not isinstance(cid, str) or not re.fullmatch(r"[0-9a-f]{16}", cid):
             raise ResultsError(
-                f"{self.root}: cell row: expected cell_id from cell_id(), found {cid!r}"
-            )
+                f"{self.root}: cell row: expected cell_id from cell_id(), found {cid!r}")
         row.setdefault("attempt", self.next_attempt(cid))
         row.setdefault("study", self.study)
         row.setdefault("run_id", self.run_id)
         if (row["study"], row["run_id"]) != (self.study, self.run_id):
-            raise ResultsError(
-                f"{self.root}: cell {cid}: row names study/run "
-                f"{row['study']}/{row['run_id']}, store is {self.study}/"
-                f"{self.run_id}"
-            )
+            raise ResultsError(f"{self.root}: cell {cid}: row names study/run "
+                               f"{row['study']}/{row['run_id']}, store is {self.study}/"
+                               f"{self.run_id}")
         if row.get("status") not in STATUSES:
-            raise ResultsError(
-                f"{self.root}: cell {cid}: column 'status': expected one of "
-                f"{STATUSES}, found {row.get('status')!r}"
-            )
+            raise ResultsError(f"{self.root}: cell {cid}: column 'status': expected one of "
+                               f"{STATUSES}, found {row.get('status')!r}")
         where = f"{self.root}: cell {cid} attempt {row['attempt']}"
         cell = normalize(row, CELL_SCHEMA, CELL_REQUIRED, where)
-        reqs = [
-            normalize(
-                {"cell_id": cid, "attempt": cell["attempt"], **r},
-                REQUEST_SCHEMA,
-                REQUEST_REQUIRED,
-                f"{where}, request {i}",
-            )
-            for i, r in enumerate(requests_rows)
-        ]
+        reqs = [normalize({"cell_id": cid, "attempt": cell["attempt"], **r}, REQUEST_SCHEMA,
+                          REQUEST_REQUIRED, f"{where}, request {i}")
+                for i, r in enumerate(requests_rows)]
         for r in reqs:
             if (r["cell_id"], r["attempt"]) != (cid, cell["attempt"]):
-                raise ResultsError(
-                    f"{where}: request {r['request_idx']} names cell "
-                    f"{r['cell_id']} attempt {r['attempt']}"
-                )
-        name = f"{cid}-a{cell['attempt']:03d}.parquet"
-        if (self.cells_dir / name).exists() or (self.requests_dir / name).exists():
+                raise ResultsError(f"{where}: request {r['request_idx']} names cell "
+                                   f"{r['cell_id']} attempt {r['attempt']}")
+        if cell["attempt"] <= self._scan().get(cid, 0):  # on disk, as a part or merged
             raise ResultsError(f"{where}: attempt exists; attempts are never overwritten")
+        name = self.part_name(cid, cell["attempt"])
         write_part(frame(reqs, REQUEST_SCHEMA), self.requests_dir / name)
         df = frame([cell], CELL_SCHEMA)
         write_part(df, self.cells_dir / name)
@@ -555,7 +530,7 @@ class ResultStore:
 
     def completed_cell_ids(self) -> set[str]:
         """Cells with an ok attempt in this run: a re-run skips them."""
-        ok = load_attempts(self.cells_dir.parent).filter(pl.col("status") == "ok")
+        ok = load_attempts(self.root).filter(pl.col("status") == "ok")
         return set(ok["cell_id"].to_list())
 
     def load_attempts(self) -> pl.DataFrame:
@@ -566,3 +541,119 @@ class ResultStore:
 
     def load_requests(self) -> pl.DataFrame:
         return load_requests(self.root)
+
+    # -- merging ------------------------------------------------------------------
+
+    def merge_session(self) -> dict[str, int]:
+        """This session's parts into `session-<id>.parquet` per table; parts merged."""
+        if self.session_id is None:
+            raise ResultsError(f"{self.root}: no session begun (call begin_session first)")
+        return self._merge({self.session_id})
+
+    def compact(self) -> dict[str, int]:
+        """Every part of this run into its session's merged file (killed sessions, old
+        stores); parts merged per table."""
+        return self._merge(None)
+
+    def _merge(self, sessions: set[str] | None) -> dict[str, int]:
+        done = {}
+        for table, folder in (("requests", self.requests_dir), ("cells", self.cells_dir)):
+            if folder.is_dir():
+                with _locked(folder):
+                    done[table] = self._merge_table(table, folder, sessions)
+        return done
+
+    def _merge_table(self, table: str, folder: Path, sessions: set[str] | None) -> int:
+        for stale in folder.glob(".session-*.tmp"):  # a merge killed before its rename; only
+            stale.unlink()                           # merges, under this lock, write these
+        groups: dict[str, list[Path]] = {}
+        legacy = []
+        for f in sorted(folder.glob("*.parquet")):
+            if not (m := _PART.match(f.name)):
+                continue
+            if m["session"] is None:
+                legacy.append(f)
+            elif sessions is None or m["session"] in sessions:
+                groups.setdefault(m["session"], []).append(f)
+        if legacy and sessions is None:
+            for f, session in zip(legacy, self._sessions_of(legacy), strict=True):
+                groups.setdefault(session, []).append(f)
+        for session, parts in groups.items():
+            _merge_parts(folder / f"session-{session}.parquet", parts, table)
+        return sum(len(p) for p in groups.values())
+
+    def _sessions_of(self, parts: list[Path]) -> list[str]:
+        """The manifest session each sessionless part was written in: the last session that
+        had begun when its attempt started (its cells row's started_at)."""
+        starts = sorted((dt.datetime.fromisoformat(s["started_at"]), s["session_id"])
+                        for s in self.manifest()["sessions"] if s.get("started_at"))
+        started = {(c, a): t for c, a, t in
+                   load_attempts(self.root).select("cell_id", "attempt", "started_at").rows()}
+        out = []
+        for part in parts:
+            m = _PART.match(part.name)
+            at = started.get((m["cell"], int(m["attempt"])))
+            out.append(next((sid for t, sid in reversed(starts) if at is not None and t <= at),
+                            UNKNOWN_SESSION))
+        return out
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    """An exclusive flock on a table folder for the length of a merge."""
+    import fcntl  # POSIX, as the harness is; imported here so reading needs none of it
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _merge_parts(target: Path, parts: list[Path], table: str) -> None:
+    """parts (and what target already holds) into target, then the parts deleted: temp
+    file, fsync, rename over target, fsync the folder; a part goes only once every key it
+    holds is read back from target. Merging parts already merged changes nothing."""
+    present = [target] if target.exists() else []
+    merged = _read(present + parts, table).sort(KEYS[table])
+    if not present or merged.height > pl.read_parquet(target, columns=KEYS[table]).height:
+        tmp = _temp_parquet(merged, target.parent, target.name)
+        os.replace(tmp, target)
+        _fsync(target.parent)
+    kept = pl.read_parquet(target, columns=KEYS[table])
+    for part in parts:
+        keys = pl.read_parquet(part, columns=KEYS[table])
+        if keys.join(kept, on=KEYS[table], how="anti").height:
+            raise ResultsError(f"{target}: rows of {part.name} missing after the merge; "
+                               "the part is kept")
+        part.unlink()
+    _fsync(target.parent)
+
+
+def compact(path: Path | str) -> dict[Path, dict[str, int]]:
+    """Merge the parts of every run folder at or under path (a results dir, a study, a run)
+    into one file per session and table. Returns {run folder: {table: parts merged}}."""
+    root = Path(path)
+    runs = sorted({f.parent.parent for t in KEYS for f in _files(root, t)})
+    return {run: ResultStore(run.parent.parent, run.parent.name, run.name).compact()
+            for run in runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specrepro compact DIR...`: merge per-attempt parts into per-session files."""
+    ap = argparse.ArgumentParser(prog="specrepro compact", description=main.__doc__)
+    ap.add_argument("dirs", nargs="+", type=Path,
+                    help="a results dir (results/default), a study's folder or one run's")
+    args = ap.parse_args(argv)
+    missing = [str(d) for d in args.dirs if not d.is_dir()]
+    if missing:
+        print(f"specrepro compact: no such directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    for d in args.dirs:
+        for run, merged in compact(d).items():
+            files = {t: len(list((run / t).glob("session-*.parquet"))) for t in KEYS}
+            print(f"{run}: merged {merged.get('cells', 0)} cells and "
+                  f"{merged.get('requests', 0)} requests parts; now {files['cells']} cells "
+                  f"and {files['requests']} requests files")
+    return 0

@@ -17,6 +17,11 @@ Design:
   profile's `ready_timeout_s`, with the log's tail in the error; on any error,
   Ctrl-C included, the group is stopped before the exception propagates. The running
   engine is a `process.EngineHandle`.
+- CPU placement (`process.plan_placement`): given a pinned `Placement`, `launch()` starts
+  the engine from a thread on the engine's CPU set (the process inherits it), adds the
+  adapter's `threads_flag` set to the size of that set unless the profile sets it, and
+  records on the handle the mask the process really got. `cpu_threads(profile)` tells the
+  plan how many CPUs the engine computes with.
 - Startup facts come from the engine's own log lines (`parse_vllm_log`, `parse_sglang_log`):
   the KV pool in tokens and how many requests it holds.
 """
@@ -29,6 +34,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -41,7 +47,15 @@ from specrepro.harness.flags import (
     profile_file,
     render_flags,
 )
-from specrepro.harness.process import EngineHandle, StartupInfo, http_get, http_json, port_open
+from specrepro.harness.process import (
+    EngineHandle,
+    Placement,
+    StartupInfo,
+    http_get,
+    http_json,
+    port_open,
+    thread_affinity,
+)
 from specrepro.params import Profile
 
 POLL_S = (0.1, 1.0)  # readiness polling starts fast and backs off to once a second
@@ -94,6 +108,11 @@ class EngineAdapter:
 
     kind: ClassVar[str]
     ready_path: ClassVar[str] = "/health"
+    threads_flag: ClassVar[str | None] = None  # the engine's CPU-threads flag, if it has one
+
+    def cpu_threads(self, profile: Profile) -> int | None:
+        """The CPU threads the engine computes with (None: as many CPUs as it is given)."""
+        return None
 
     # -- argv
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
@@ -121,10 +140,15 @@ class EngineAdapter:
         return f"http://{profile.host}:{profile.port}"
 
     # -- lifecycle
-    def launch(self, profile: Profile, log_dir: str | Path,
-               source: str | Path | None = None) -> EngineHandle:
-        """Start the engine and return once it is ready; on any failure nothing is left running."""
+    def launch(self, profile: Profile, log_dir: str | Path, source: str | Path | None = None,
+               placement: Placement | None = None) -> EngineHandle:
+        """Start the engine and return once it is ready; on any failure nothing is left
+        running. A pinned placement puts the process on its engine CPUs (module docstring)."""
         argv = self.render_argv(profile, source)
+        pinned = placement is not None and placement.pinned
+        if pinned and self.threads_flag and placement.threads is not None and not any(
+                flag_name(k) == self.threads_flag for k in profile.flags):
+            argv += [self.threads_flag, str(placement.threads)]
         url = self.url(profile)
         if port_open(profile.host, profile.port):
             raise EngineError(f"profile {profile.name!r}: something already listens on "
@@ -135,10 +159,12 @@ class EngineAdapter:
         with log_path.open("ab") as log:
             log.write(f"$ {' '.join(argv)}\n".encode())
             log.flush()
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True,
-                                       env={**os.environ, **profile.env})
+            with thread_affinity(placement.engine_cpus if pinned else None):
+                process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, start_new_session=True,
+                                           env={**os.environ, **profile.env})
         handle = EngineHandle(profile, self, url, process, log_path, argv)  # now live: stopped at exit
+        handle.placement = self.checked_placement(placement, process.pid)
         try:
             self.wait_ready(handle, profile.ready_timeout_s)
             self.describe(handle)
@@ -146,6 +172,22 @@ class EngineAdapter:
             handle.stop()
             raise
         return handle
+
+    @staticmethod
+    def checked_placement(placement: Placement | None, pid: int) -> Placement | None:
+        """The placement as the process got it: a pinned one whose mask differs is recorded
+        with the mask found, unpinned."""
+        if placement is None or not placement.pinned:
+            return placement
+        try:
+            found = tuple(sorted(os.sched_getaffinity(pid)))
+        except OSError as err:  # exited already: wait_ready reports it
+            return replace(placement, pinned=False, note=f"{placement.note}; the engine's mask "
+                                                         f"could not be read: {err}")
+        if found == placement.engine_cpus:
+            return placement
+        return replace(placement, engine_cpus=found, pinned=False,
+                       note=f"{placement.note}; but the engine process runs on CPUs {list(found)}")
 
     def wait_ready(self, handle: EngineHandle, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -259,6 +301,16 @@ class EmbeddedAdapter(VLLMAdapter):
 
     kind = "embedded"
     what = "the embedded engine"
+    threads_flag = "--threads"
+
+    def cpu_threads(self, profile: Profile) -> int | None:
+        """The profile's `threads`, else the server's own default: 1 on the CPU device
+        (serve.engine_threads), torch's on cuda (as many as it is given)."""
+        for key, value in profile.flags.items():
+            if flag_name(key) == "--threads" and value is not None:
+                return int(value)
+        device = next((v for k, v in profile.flags.items() if flag_name(k) == "--device"), "cpu")
+        return 1 if device == "cpu" else None
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
         accepted = {"flags": speculative.server_flag_names(),
@@ -399,8 +451,11 @@ class AttachAdapter(EngineAdapter):
         return (profile.url or "").rstrip("/").removesuffix("/v1")
 
     def launch(self, profile: Profile, log_dir: str | Path | None = None,
-               source: str | Path | None = None) -> EngineHandle:
-        handle = EngineHandle(profile, self, self.url(profile))
+               source: str | Path | None = None,
+               placement: Placement | None = None) -> EngineHandle:
+        """Reach the running engine; placement is not this harness's to choose (the
+        runner records why)."""
+        handle = EngineHandle(profile, self, self.url(profile), placement=placement)
         probe = self.detect(handle.url, getattr(profile, "attached_engine", None))
         if probe is None:
             raise EngineError(f"profile {profile.name!r}: no engine answers at {handle.url} "
@@ -447,6 +502,7 @@ def render_argv(profile: Profile, source: str | Path | None = None) -> list[str]
     return adapter_for(profile).render_argv(profile, source)
 
 
-def launch(profile: Profile, log_dir: str | Path, source: str | Path | None = None) -> EngineHandle:
+def launch(profile: Profile, log_dir: str | Path, source: str | Path | None = None,
+           placement: Placement | None = None) -> EngineHandle:
     """Start (or attach to) the profile's engine; use as `with launch(p, dir) as engine:`."""
-    return adapter_for(profile).launch(profile, log_dir, source)
+    return adapter_for(profile).launch(profile, log_dir, source, placement)

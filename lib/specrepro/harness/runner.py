@@ -19,8 +19,17 @@ Design:
   client saw are warnings of the cell (`cells.py`). Ctrl-C records the current
   cell as `interrupted` with the requests that ended, stops the engine and ends the
   session as interrupted; a second run resumes.
+- CPU placement (the study's `placement`, `process.plan_placement`): per arm, a launched
+  engine and this process (the load generator) are pinned to disjoint CPU sets where the
+  machine allows, for the arm's cells, and undone after; an attached engine or the
+  in-process peer is not, with the reason. The session's `placement` in the manifest is
+  `{"engine_cpus", "client_cpus", "pinned", "note"}` (`session_placement`: the arms' common
+  placement, or the first pinned one with the arms that differ named in the note); each
+  engine's entry carries its own.
 - Relative paths in profiles (model, drafter) are relative to the working directory,
   which should be the repository root (engines are started there too).
+- At the session's end the store merges the session's part files into one file per table
+  (`results.ResultStore.end_session`).
 """
 from __future__ import annotations
 
@@ -94,6 +103,11 @@ class ArmEngine:
     arm: ResolvedArm
     handle: process.EngineHandle | None = None
     peer: Any = None  # peer.TransformersPeer
+    peer_placement: process.Placement | None = None  # the peer's (the handle keeps its own)
+
+    @property
+    def placement(self) -> process.Placement | None:
+        return self.peer_placement if self.peer is not None else self.handle.placement
 
     @property
     def profile(self):
@@ -131,7 +145,8 @@ class ArmEngine:
         info = {"arm": self.arm.name, "profile": p.name, "profile_file": p.source,
                 "profile_hash": identity.profile_hash(p), "engine": p.engine,
                 "version": self.version, "flags": p.flags,
-                "speculative": p.speculative.model_dump(mode="json") if p.speculative else None}
+                "speculative": p.speculative.model_dump(mode="json") if p.speculative else None,
+                "placement": self.placement.record() if self.placement else None}
         if self.handle is not None:
             h = self.handle
             info.update(url=h.url, argv=h.argv, attached=h.attached,
@@ -145,13 +160,47 @@ class ArmEngine:
             self.handle.stop()
 
 
-def start_engine(arm: ResolvedArm, log_dir: Path, root: Path) -> ArmEngine:
+PEER_UNPINNED = ("in-process transformers peer: the engine runs inside the harness process, "
+                 "so there is no separate engine process to pin")
+ATTACH_UNPINNED = ("attached engine: not launched by the harness, so its CPUs are not the "
+                   "harness's to choose")
+
+
+def placement_for(arm: ResolvedArm, policy: str,
+                  cpus: tuple[int, ...] | None) -> process.Placement:
+    """The arm's CPU placement under the study's policy (process.plan_placement)."""
+    profile = arm.resolved
+    if profile.engine == "transformers":
+        return process.plan_placement(policy, cpus, None, why_not=PEER_UNPINNED)
+    if profile.engine == "attach":
+        return process.plan_placement(policy, cpus, None, why_not=ATTACH_UNPINNED)
+    threads = engines.adapter_for(profile).cpu_threads(profile)
+    return process.plan_placement(policy, cpus, threads)
+
+
+def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
+                 placement: process.Placement | None = None) -> ArmEngine:
     profile = arm.resolved
     if profile.engine == "transformers":
         from specrepro.harness.peer import TransformersPeer
 
-        return ArmEngine(arm, peer=TransformersPeer(profile, root).load())
-    return ArmEngine(arm, handle=engines.launch(profile, log_dir, profile.source))
+        return ArmEngine(arm, peer=TransformersPeer(profile, root).load(),
+                         peer_placement=placement)
+    return ArmEngine(arm, handle=engines.launch(profile, log_dir, profile.source, placement))
+
+
+def session_placement(placements: dict[str, process.Placement]) -> dict:
+    """The manifest session's `placement`: the arms' common record, or the first pinned
+    arm's with the arms placed otherwise named in the note."""
+    if not placements:
+        return {"engine_cpus": [], "client_cpus": [], "pinned": False,
+                "note": "no engine was started in this session"}
+    records = {arm: p.record() for arm, p in placements.items()}
+    base = next((r for r in records.values() if r["pinned"]), next(iter(records.values())))
+    others = [f"arm {arm!r}: {r['note']}" for arm, r in records.items() if r != base]
+    if others:
+        base = {**base, "note": f"{base['note']}; other arms: {'; '.join(others)}"}
+    return base
 
 
 def known_version(store: ResultStore, arm: ResolvedArm) -> str | None:
@@ -231,8 +280,11 @@ def _run_study(study, store, *, root, fresh, progress, power_interval_s, request
     summary = RunSummary()
     note = power.nvml_note()
     run_warnings = [IGNORE_EOS_WARNING] if study.ignore_eos else []
+    cpus = process.allowed_cpus()  # before any pinning: what the machine gives this process
+    placements: dict[str, process.Placement] = {}
     store.begin_session({"params": study.model_dump(mode="json"), "command": command,
-                         "power_note": note, "warnings": run_warnings})
+                         "power_note": note, "warnings": run_warnings,
+                         "placement": session_placement(placements)})
     arms = sorted(study.arms, key=lambda a: a.name != study.baseline)
     all_cells = list(study.cells())
     done = set() if fresh else store.completed_cell_ids()
@@ -250,22 +302,31 @@ def _run_study(study, store, *, root, fresh, progress, power_interval_s, request
                 bar.update(len(cells))
                 continue
             try:
-                eng = start_engine(arm, store.logs_dir, root)
+                eng = start_engine(arm, store.logs_dir, root,
+                                   placement_for(arm, study.placement, cpus))
             except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
                 summary.errors.append(f"arm {arm.name!r}: {err}")
                 store.update_session(engines=[{"arm": arm.name, "profile": arm.resolved.name,
                                                "error": str(err)}])
                 bar.update(len(cells))
                 continue
+            placements[arm.name] = eng.placement
+            pinned = eng.placement is not None and eng.placement.pinned
+            saved: dict[int, set[int]] = {}
             try:
+                if pinned:  # the load generator off the engine's CPUs for the arm's cells
+                    saved = process.pin_process(eng.placement.client_cpus)
                 store.update_session(engines=[eng.describe()],
                                      models=[arm.resolved.model.model_dump(mode="json")]
                                      + ([arm.resolved.drafter.model_dump(mode="json")]
-                                        if arm.resolved.drafter else []))
+                                        if arm.resolved.drafter else []),
+                                     placement=session_placement(placements))
                 run_arm(study, store, eng, cells, done, prompts_of, summary, bar,
                         power_interval_s, request_timeout_s, run_warnings)
             finally:
                 eng.stop()
+                if pinned:
+                    process.restore(saved, cpus)
     except KeyboardInterrupt:
         status = "interrupted"
         summary.interrupted += 1

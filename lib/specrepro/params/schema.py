@@ -12,8 +12,10 @@ Design:
   locates in the file that set the key.
 - The speculative method names and the draft-schedule rule are the contract's
   (`specrepro.speculative`); a schedule is checked there and stored exactly as written.
-- `Study.cells()` enumerates a study's cells (skips applied, one seed per repeat); what
-  identifies a cell in the results store is `specrepro.identity`'s.
+- `Study.cells()` enumerates a study's cells (skips applied, a skip with `repeat` to those
+  repeats only; one seed per repeat); what identifies a cell in the results store is
+  `specrepro.identity`'s. `Study.placement` is how the harness places a launched engine and
+  its load generator on the CPUs (`harness/process.py`); it is no part of a cell's identity.
 - A `ResolvedStudy` is what the runner executes: its arms carry their profiles loaded, the
   suite's and the arm's overrides merged in, validated.
 """
@@ -289,13 +291,25 @@ class Gate(Strict):
 
 
 class Skip(Strict):
-    """Combinations the study does not measure; a missing key matches everything."""
+    """Combinations the study does not measure; a missing key matches everything.
+
+    `repeat` skips only those repeats (0-based indices) of the combination, e.g. `[1, 2]` to
+    measure a cell whose figures are deterministic (greedy acceptance, correctness) once
+    while the study repeats its speed cells: the combination itself is still measured. As
+    with `concurrency`, values the study does not have skip nothing (a suite may shrink
+    `repeats` without restating the study's skips)."""
 
     arm: str | None = None
     workload: str | None = None
     concurrency: Annotated[list[PositiveInt], Expect("a list of positive integers")] | None = None
+    repeat: Annotated[list[NonNegInt], Expect("a list of repeat indices (0-based)")] | None = None
 
-    def matches(self, arm: str, workload: str, concurrency: int) -> bool:
+    def matches(self, arm: str, workload: str, concurrency: int, repeat: int | None = None
+                ) -> bool:
+        """Whether it skips this repeat of the combination (repeat None: the whole
+        combination, which a skip limited to some repeats never does)."""
+        if self.repeat is not None and (repeat is None or repeat not in self.repeat):
+            return False
         return (
             (self.arm is None or self.arm == arm)
             and (self.workload is None or self.workload == workload)
@@ -341,6 +355,11 @@ class Study(Strict):
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     gates: list[Gate] = Field(default_factory=list)
     skip: list[Skip] = Field(default_factory=list)
+    # Where the harness runs a launched engine and its own load generator (runner.py,
+    # process.plan_placement): "auto" pins them to disjoint CPU sets where the machine has
+    # two CPUs or more; "none" leaves both to the OS. Recorded in the manifest, not part of
+    # a cell's identity (it is how the machine was used, like its load).
+    placement: Literal["auto", "none"] = "auto"
 
     def cross_checks(self) -> list[tuple[tuple, str]]:
         out: list[tuple[tuple, str]] = []
@@ -380,8 +399,9 @@ class Study(Strict):
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
 
-    def skipped(self, arm: str, workload: str, concurrency: int) -> bool:
-        return any(s.matches(arm, workload, concurrency) for s in self.skip)
+    def skipped(self, arm: str, workload: str, concurrency: int, repeat: int | None = None
+                ) -> bool:
+        return any(s.matches(arm, workload, concurrency, repeat) for s in self.skip)
 
     def cells(self) -> Iterator[Cell]:
         """Every cell the study measures, in a stable order (arm, workload, c, T, repeat)."""
@@ -392,7 +412,8 @@ class Study(Strict):
                         continue
                     for s in self.sampling:
                         for r in range(self.repeats):
-                            yield Cell(arm, w, c, s, r, self.seed_for(r))
+                            if not self.skipped(arm.name, w.name, c, r):
+                                yield Cell(arm, w, c, s, r, self.seed_for(r))
 
 
 
