@@ -18,7 +18,8 @@ PKG = LIB / "specrepro"
 
 # Layers, by module path prefix (longest match wins), and the project modules each may
 # import. `specrepro` alone (the package's __version__) is always allowed.
-SHARED = ("specrepro.speculative", "specrepro.metrics", "specrepro.identity", "specrepro.data")
+SHARED = ("specrepro.speculative", "specrepro.metrics", "specrepro.identity", "specrepro.data",
+          "specrepro.provenance")
 RULES: dict[str, tuple[str, ...]] = {
     # an engine, like vLLM: could be split out of the project
     "specrepro.embedded": ("specrepro.embedded", "specrepro.speculative", "specrepro.metrics",
@@ -42,6 +43,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "specrepro.identity": (),
     "specrepro.metrics": (),
     "specrepro.data": (),
+    "specrepro.provenance": (),
     # the command-line dispatcher imports each subcommand's module lazily
     "specrepro.cli": ("specrepro",),
 }

@@ -40,14 +40,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import importlib.metadata
 import json
 import math
 import os
-import platform
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -59,6 +55,7 @@ import polars as pl
 
 # the manifest stores params objects as the cell ids hash them (pydantic in JSON mode)
 from specrepro.identity import jsonable
+from specrepro.provenance import git_state, gpu_info, host_info, package_versions
 
 STATUSES = ("ok", "failed", "interrupted")
 
@@ -99,11 +96,6 @@ CELL_REQUIRED = ("cell_id", "attempt", "status")
 REQUEST_REQUIRED = ("request_idx",)
 DEFAULTS: dict[str, Any] = {"warnings": []}
 
-MANIFEST_PACKAGES = (
-    "specrepro", "torch", "polars", "pyarrow", "pydantic", "numpy", "transformers",
-    "tokenizers", "safetensors", "datasets", "evaluate", "papermill", "aiohttp", "openai",
-    "nvidia-ml-py", "vllm", "sglang", "flashinfer-python",
-)
 
 # Session ids are `<UTC time>-<6 hex>` (begin_session); `unknown` names the merged file of
 # old parts that no session of the manifest covers.
@@ -298,81 +290,6 @@ def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.Dat
         return empty(REQUEST_SCHEMA).with_columns(
             pl.lit(None, pl.String).alias("study"), pl.lit(None, pl.String).alias("run_id"))
     return pl.concat(frames, how="vertical").sort(["cell_id", "request_idx"])
-
-
-# ---------------------------------------------------------------------- manifest
-
-
-def package_versions(names: Iterable[str] = MANIFEST_PACKAGES) -> dict[str, str | None]:
-    """Installed versions from package metadata (no imports: torch is slow to import)."""
-    out = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def git_state(cwd: Path | None = None) -> dict[str, Any]:
-    """Commit and dirty flag of the checkout holding cwd (or this package)."""
-    where = cwd or Path(__file__).resolve().parent
-
-    def git(*args: str) -> str | None:
-        try:
-            res = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True,
-                                 timeout=10, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return res.stdout.strip() if res.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    note = None if commit else "no git commit found (not a checkout, or no commits yet)"
-    return {"commit": commit, "dirty": None if status is None else bool(status), "note": note}
-
-
-def gpu_info() -> dict[str, Any]:
-    """GPU names, driver and CUDA version through NVML, or a note saying why there are none."""
-    try:
-        import pynvml
-    except ImportError:
-        return {"gpus": [], "note": "nvidia-ml-py (pynvml) is not installed"}
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as err:  # library not found, driver not loaded, no device
-        return {"gpus": [], "note": f"no NVIDIA GPU answered NVML: {err}"}
-    try:
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            gpus.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                         "memory_mib": pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20,
-                         "power_limit_w": _power_limit_w(pynvml, handle)})
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        return {"gpus": gpus, "driver": driver.decode() if isinstance(driver, bytes) else driver,
-                "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}", "note": None}
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _power_limit_w(pynvml: Any, handle: Any) -> float | None:
-    try:
-        return pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000  # mW -> W
-    except pynvml.NVMLError:  # not supported on every board
-        return None
-
-
-def host_info() -> dict[str, Any]:
-    return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "processor": platform.processor() or platform.machine(),
-    }
 
 
 # ------------------------------------------------------------------------- store
