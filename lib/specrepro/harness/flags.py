@@ -28,11 +28,27 @@ from typing import Any
 from specrepro.params import ParamsError, Problem, Profile
 
 
+def engine_cli_versions(engine: str) -> list[str]:
+    """The versions of one engine that have a generated list (`vllm` → ["0.26.0", "0.33.0"])."""
+    folder = resources.files("specrepro.harness").joinpath("engine_cli")
+    names = (p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")
+             and not p.name.endswith(".parser.json"))
+    versions = [n.removeprefix(f"{engine}-") for n in names if n.startswith(f"{engine}-")]
+    return sorted(versions, key=lambda v: [(int(x), "") if x.isdigit() else (-1, x)
+                                           for x in v.split(".")])
+
+
 @functools.cache
 def engine_cli(name: str) -> dict:
-    """The generated list of what one engine version accepts (engine_cli/<name>.json)."""
-    text = resources.files("specrepro.harness").joinpath("engine_cli", f"{name}.json").read_text()
-    return json.loads(text)
+    """The generated list of what one engine version accepts (engine_cli/<name>.json, e.g.
+    `vllm-0.26.0`); a version without one fails naming those there are."""
+    path = resources.files("specrepro.harness").joinpath("engine_cli", f"{name}.json")
+    if not path.is_file():
+        engine = name.split("-")[0]
+        known = ", ".join(f"{engine}-{v}" for v in engine_cli_versions(engine)) or "none"
+        raise LookupError(f"no generated flag list for {name} (there are: {known}); "
+                          "scripts/extract_engine_cli.py makes one from the engine's wheel")
+    return json.loads(path.read_text())
 
 
 def profile_file(profile: Profile, source: str | Path | None = None) -> str:
