@@ -49,7 +49,9 @@ def write_cells(results_dir: Path, params: Path, nb: str, figure, n_prompts=None
 
 def plain(cell, prof) -> dict:
     k = prof.speculative.num_speculative_tokens if prof.speculative else 0
-    return {"agg_tok_s": 10.0 * cell.concurrency + k, "acceptance_length": 1.0 + 0.3 * k,
+    return {"agg_tok_s": 10.0 * cell.concurrency + k,
+            "per_stream_tok_s": (10.0 * cell.concurrency + k) / cell.concurrency,
+            "acceptance_length": 1.0 + 0.3 * k,
             "draft_acceptance_rate": 0.3 if k else None,
             "per_position_acceptance": [0.5 ** (i + 1) for i in range(k)] if k else None,
             "repeated_4gram_share": 0.1}
@@ -151,17 +153,6 @@ def test_gain_over_and_crossing_interpolate_in_log2_streams():
     assert tables.crossing(cells.filter(pl.col("concurrency") < 4), "spec", "none") is None
 
 
-def test_positions_average_over_repeats_and_keep_repetition_beside():
-    cells = frame([
-        {"label": "a", "arm": "a", "repeat": 0, "per_position_acceptance": [0.8, 0.4],
-         "repeated_4gram_share": 0.1},
-        {"label": "a", "arm": "a", "repeat": 1, "per_position_acceptance": [0.6, 0.2],
-         "repeated_4gram_share": 0.3}])
-    pos = tables.positions(cells)
-    assert pos["acceptance"].to_list() == pytest.approx([0.7, 0.3])
-    assert pos["repeated_4gram_share"].to_list() == pytest.approx([0.2, 0.2])
-
-
 def test_kv_cost_is_against_the_mtp_arm_by_default():
     cells = frame([{"label": "m", "arm": "m", "method": "mtp", "kv_pool_tokens": 1000,
                     "max_concurrency": 2.0},
@@ -215,7 +206,7 @@ def test_published_temperature_compares_across_temperatures_and_labels_it(tmp_pa
     fig = sa.figures.block_sweep_speed(f, claims)
     titles = [fig.get_suptitle(), *(ax.get_title() for ax in fig.axes)]
     sa.figures.plt.close(fig)
-    assert "article at T=0.7, measured at T=0" in titles
+    assert titles[0].startswith("article at T=0.7, measured at T=0")
     assert "article A at T=0.7" in titles
 
 
@@ -261,32 +252,16 @@ def test_gates_pass_fail_and_not_measured():
 # ------------------------------------------------------------------------- verdicts
 
 
-def test_block_sweep_verdict_follows_the_data(tmp_path):
-    write_cells(tmp_path / "a", SMOKE, "01_drafter_block_sweep", plain)
-    f = pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path / "a")
-    v = sa.verdict(f)
-    assert v.holds is True and v.text.startswith("shape holds here:")
-
-    def worse(cell, prof):
-        d = plain(cell, prof)
-        if prof.method == "dflash":
-            d.update(acceptance_length=1.1, agg_tok_s=1.0)
-        return d
-
-    write_cells(tmp_path / "b", SMOKE, "01_drafter_block_sweep", worse)
-    v = sa.verdict(pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path / "b"))
-    assert v.holds is False and v.text.startswith("does not hold:")
-    assert "1.10 tokens per step" in v.text
-
-
 def test_bill_without_power_says_so_instead_of_zeros(tmp_path):
     write_cells(tmp_path, SMOKE, "07_the_bill", lambda c, p: {
         **plain(c, p), "kv_pool_tokens": 900 if p.method == "dflash" else 1000})
     f = pipeline.load_finding(SMOKE, "07_the_bill", "replay", tmp_path)
     assert not f.has_power
     v = sa.verdict(f)
-    assert v.holds is True and "no power source" in v.text
-    assert "power_w_mean" not in tables.bill(f.cells, with_power=False).columns
+    power = [c for c in v.checks if "tokens per joule" in c.claim]
+    assert power and power[0].outcome == "not testable here" and "no power source" in power[0].reason
+    assert tables.name("power_w_mean") not in tables.bill_table(f.cells, with_power=False
+                                                                ).frame.columns
     cant = [c for c, _ in sa.untestable(f, sa.claims_for(f.notebook_id))]
     assert any("watts" in c for c in cant)
 
@@ -343,3 +318,292 @@ def test_claims_map_only_published_arms_and_every_notebook_has_one():
         claims = sa.claims_for(nb)
         assert claims.claim and claims.cannot_test
     assert json.dumps(sa.claims_for("07_the_bill").arms)
+
+
+# ----------------------------------------------- issue 15: article values drawn as printed
+
+
+def by_gid(ax, prefix: str) -> list:
+    """The artists of one axes whose gid starts with `prefix`."""
+    return [a for a in (*ax.collections, *ax.lines, *ax.patches)
+            if (a.get_gid() or "").startswith(prefix)]
+
+
+def temperature_figure(cell, prof) -> dict:
+    """Constructed 02 cells: MTP's runs at T=1.0 at 0.84 of those at T=0.7 (-16 %), each
+    repeat 1 tok/s apart."""
+    mtp = prof.method == "mtp"
+    base = (50.0 + cell.repeat) * (0.84 if cell.sampling.temperature == 1.0 else 1.0)
+    return {**plain(cell, prof), "agg_tok_s": base if mtp else 30.0 + cell.repeat,
+            "draft_acceptance_rate": 0.2 + 0.05 * cell.repeat}
+
+
+def test_a_published_mean_is_drawn_as_a_mean_beside_its_runs_never_as_a_run(tmp_path):
+    write_cells(tmp_path, SMOKE, "02_temperature_spread", temperature_figure)
+    f = pipeline.load_finding(SMOKE, "02_temperature_spread", "replay", tmp_path)
+    sa.figures.style()
+    fig = sa.figures.temperature_runs(f, sa.claims_for(f.notebook_id))
+    article = fig.axes[1]
+    # article A: four runs of 7 drafts at T=1.0 (32.5, 26.8, 21.3, 17.1) and their mean 24.4
+    dots = [y for c in article.collections for y in c.get_offsets()[:, 1]]
+    assert 24.4 not in [round(y, 1) for y in dots]  # the mean is not one more dot
+    runs = by_gid(article, "article-runs|dflash-k7|1")
+    assert len(runs) == 1
+    assert sorted(runs[0].get_offsets()[:, 1]) == pytest.approx([17.1, 21.3, 26.8, 32.5])
+    mean = by_gid(article, "article-mean|dflash-k7|1")
+    assert len(mean) == 1 and list(mean[0].get_ydata()) == pytest.approx([24.4, 24.4])
+    labels = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    assert "article A mean (of its runs)" in labels
+    sa.figures.plt.close(fig)
+
+
+def test_a_published_figure_is_drawn_at_its_own_temperature(tmp_path):
+    """Article B prints GSM8K at 8 streams as 6.17 (greedy) and 5.92 (T=1.0): greedy cells
+    are compared with 6.17, in the overlay and on the figure alike."""
+    over = {"concurrency": [1, 8]}
+    write_cells(tmp_path, SMOKE, "03_target_precision", plain, overrides=over)
+    f = pipeline.load_finding(SMOKE, "03_target_precision", "replay", tmp_path, over)
+    claims = sa.claims_for(f.notebook_id)
+    assert set(f.cells.filter(pl.col("workload") == "gsm8k")["temperature"]) == {0.0}
+    sa.figures.style()
+    fig = sa.figures.acceptance_pairs(f, claims)
+    marked = [round(y, 2) for c in fig.axes[0].collections for y in c.get_offsets()[:, 1]]
+    assert 5.92 not in marked and 6.17 in marked
+    diamonds = by_gid(fig.axes[0], "article|target-nvfp4|gsm8k|8")
+    assert [d.get_offsets()[0, 1] for d in diamonds] == [pytest.approx(6.17)]
+    sa.figures.plt.close(fig)
+    ov = sa.overlay(f.cells, claims, ["acceptance_length"]).filter(
+        (pl.col("arm") == "target-nvfp4") & (pl.col("workload") == "gsm8k"))
+    assert ov["published"].to_list() == [6.17]
+
+
+def test_a_same_arm_change_is_the_change_across_the_level_that_differs(tmp_path):
+    """Article A's -11 % is MTP at T=1.0 against MTP at T=0.7 (its baseline_arm is its own
+    arm); the overlay measures the same thing: -16 % from these cells, not 0."""
+    write_cells(tmp_path, SMOKE, "02_temperature_spread", temperature_figure)
+    f = pipeline.load_finding(SMOKE, "02_temperature_spread", "replay", tmp_path)
+    ov = sa.overlay(f.cells, sa.claims_for(f.notebook_id), ["agg_tok_s_change_pct"])
+    mtp = ov.filter(pl.col("arm") == "mtp-k3").to_dicts()
+    assert len(mtp) == 1
+    row = mtp[0]
+    assert row["temperature"] == 1.0 and row["published"] == -11.0
+    assert row["measured"] == pytest.approx(-16.0)
+    assert row["baseline"] == "the same arm at T=0.7"
+    # each run against the baseline's mean
+    mtp_runs = f.cells.filter(pl.col("arm") == "mtp-k3")
+    base = mtp_runs.filter(pl.col("temperature") == 0.7)["agg_tok_s"].mean()
+    runs = sorted(mtp_runs.filter(pl.col("temperature") == 1.0)["agg_tok_s"].to_list())
+    assert row["measured_min"] == pytest.approx((runs[0] / base - 1) * 100)
+    assert row["runs"] == len(runs) > 1
+    # another arm's change stays against its baseline arm at the same level
+    k7 = ov.filter(pl.col("arm") == "dflash-k7").to_dicts()
+    assert all(r["baseline"] == "MTP, 3 drafts" for r in k7)
+
+
+def test_every_arm_has_its_own_per_position_bars_and_the_articles_values(tmp_path):
+    write_cells(tmp_path, DEFAULT, "01_drafter_block_sweep", plain)
+    f = pipeline.load_finding(DEFAULT, "01_drafter_block_sweep", "replay", tmp_path)
+    sa.figures.style()
+    fig = sa.figures.acceptance_by_arm(f, sa.claims_for(f.notebook_id))
+    ax = fig.axes[1]
+    drafts = {"MTP, 3 drafts": 3, "block drafter, 4 drafts": 4, "block drafter, 5 drafts": 5,
+              "block drafter, 7 drafts": 7}
+    assert set(f.cells["label"]) == set(drafts)
+    centres = {}
+    for label, k in drafts.items():
+        bars = by_gid(ax, f"position|{label}|")
+        assert len(bars) == k, label
+        for b in bars:
+            pos = int(b.get_gid().rsplit("|", 1)[1])
+            centres.setdefault(pos, []).append(b.get_x() + b.get_width() / 2)
+            assert b.get_height() == pytest.approx(100 * 0.5 ** pos)
+    for pos, xs in centres.items():  # side by side: no arm's bar hides another's
+        assert len(set(xs)) == len(xs) == sum(k >= pos for k in drafts.values())
+    k7 = sorted(by_gid(ax, "article-position|dflash2_k7_0280|"), key=lambda a: a.get_gid())
+    assert [a.get_offsets()[0, 1] for a in k7] == [75, 52, 36, 28, 22, 15, 12]
+    mtp = sorted(by_gid(ax, "article-position|mtp3_traffic_gb10|"), key=lambda a: a.get_gid())
+    assert [a.get_offsets()[0, 1] for a in mtp] == [75, 57, 44]
+    labels = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    assert any("production traffic" in lab and "not this probe" in lab for lab in labels)
+    sa.figures.plt.close(fig)
+
+
+def test_step_time_is_metrics_step_ms_per_arm_and_level_and_the_article_on_its_own_axis(
+        tmp_path):
+    write_cells(tmp_path, SMOKE, "01_drafter_block_sweep", lambda c, p: {
+        **plain(c, p), "per_stream_tok_s": 10.0 / c.concurrency})
+    f = pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
+    sa.figures.style()
+    fig = sa.figures.step_time(f, sa.claims_for(f.notebook_id))
+    measured, article = fig.axes
+    line = next(ln for ln in measured.lines if ln.get_label() == "block drafter, 5 drafts")
+    # 1000 x (1 + 0.3 x 5) tokens per step / (10 / streams) tok/s
+    assert list(line.get_ydata()) == pytest.approx([1000 * 2.5 / 10, 1000 * 2.5 / 5])
+    assert [b.get_height() for b in article.patches] == [121.0, 121.0]  # ~121 ms, on its own
+    sa.figures.plt.close(fig)
+
+
+def lab(color) -> tuple[float, float, float]:
+    """sRGB to CIELAB (D65)."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = [v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+               for v in to_rgb(color)]
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(t):
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+def distinct(colors) -> bool:
+    """Every pair at least 25 apart in CIELAB, and chromatic pairs at least 10 degrees apart
+    in hue (seaborn's "colorblind" fails: its 5th and 7th are both pink, 21 and 4 apart)."""
+    import itertools
+    import math
+
+    for a, b in itertools.combinations(colors, 2):
+        la, lb = lab(a), lab(b)
+        if math.dist(la, lb) < 25:
+            return False
+        if math.hypot(*la[1:]) > 10 and math.hypot(*lb[1:]) > 10:
+            ha, hb = (math.degrees(math.atan2(v[2], v[1])) % 360 for v in (la, lb))
+            if min(abs(ha - hb), 360 - abs(ha - hb)) < 10:
+                return False
+    return True
+
+
+def test_seven_series_have_distinct_colours_markers_and_line_styles(tmp_path):
+    import seaborn as sns
+
+    assert not distinct(sns.color_palette("colorblind", 7))  # the reviewer's pinks
+    # notebook 06's seven arms
+    write_cells(tmp_path, DEFAULT, "06_draft_schedule_under_load", plain)
+    f = pipeline.load_finding(DEFAULT, "06_draft_schedule_under_load", "replay", tmp_path)
+    colours = sa.figures.palette(f)
+    assert list(colours) == list(f.labels.values()) and len(colours) == 7
+    assert distinct(list(colours.values()))
+    st = sa.figures.styles(f)  # and a marker and a line style each, told apart without colour
+    assert {lab: s["color"] for lab, s in st.items()} == colours
+    assert len({s["marker"] for s in st.values()}) == 7
+    assert len({str(s["linestyle"]) for s in st.values()}) == 7
+
+
+FIGURES = [("01_drafter_block_sweep", "block_sweep_speed"),
+           ("01_drafter_block_sweep", "acceptance_by_arm"),
+           ("01_drafter_block_sweep", "step_time"),
+           ("02_temperature_spread", "temperature_runs"),
+           ("03_target_precision", "acceptance_pairs"),
+           ("06_draft_schedule_under_load", "load_sweep"),
+           ("07_the_bill", "bill_chart")]
+
+
+@pytest.mark.parametrize(("nb", "name"), FIGURES)
+def test_no_legend_sits_over_a_panel(tmp_path, nb, name):
+    write_cells(tmp_path, SMOKE, nb, lambda c, p: {**plain(c, p), "kv_pool_tokens": 1000})
+    f = pipeline.load_finding(SMOKE, nb, "replay", tmp_path)
+    sa.figures.style()
+    fig = getattr(sa.figures, name)(f, sa.claims_for(nb))
+    fig.canvas.draw()
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    assert legends, "the figure has a legend"
+    for lg in legends:
+        box = lg.get_window_extent()
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_window_extent()), (name, ax.get_title())
+    sa.figures.plt.close(fig)
+
+
+def test_error_bars_are_min_max_over_runs_and_the_title_says_so(tmp_path):
+    write_cells(tmp_path, SMOKE, "02_temperature_spread", temperature_figure)
+    f = pipeline.load_finding(SMOKE, "02_temperature_spread", "replay", tmp_path)
+    n = f.cells.filter((pl.col("arm") == "mtp-k3") & (pl.col("temperature") == 0.7)).height
+    assert n > 1
+    sa.figures.style()
+    fig = sa.figures.temperature_runs(f, sa.claims_for(f.notebook_id))
+    assert f"mean of {n} runs; error bars: min-max over the runs" in fig.get_suptitle()
+    spans = {tuple(round(v, 6) for v in seg[:, 1]) for c in fig.axes[0].collections
+             for seg in getattr(c, "get_segments", list)()}
+    mtp = sorted(f.cells.filter((pl.col("arm") == "mtp-k3") & (pl.col("temperature") == 0.7))
+                 ["agg_tok_s"].to_list())
+    assert (round(mtp[0], 6), round(mtp[-1], 6)) in spans
+    sa.figures.plt.close(fig)
+    # one run per point: no bar, and the title says n=1
+    write_cells(tmp_path / "one", SMOKE, "01_drafter_block_sweep", plain)
+    f1 = pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path / "one")
+    fig = sa.figures.block_sweep_speed(f1, sa.claims_for(f1.notebook_id))
+    if f1.cells.group_by(["arm", "concurrency"]).len()["len"].max() == 1:
+        assert "n=1" in fig.get_suptitle()
+        assert not any(c.get_segments() for ax in fig.axes for c in ax.collections
+                       if hasattr(c, "get_segments"))
+    sa.figures.plt.close(fig)
+
+
+# ------------------------------------------------------------- issue 15: reader tables
+
+
+def test_the_overlay_is_one_small_table_per_metric_in_words(tmp_path):
+    write_cells(tmp_path, SMOKE, "05_fp8_drafter_gates", plain)
+    f = pipeline.load_finding(SMOKE, "05_fp8_drafter_gates", "replay", tmp_path)
+    claims = sa.claims_for(f.notebook_id)
+    tabs = sa.overlay_tables(f.cells, claims, ["agg_tok_s", "acceptance_length"])
+    assert [t.caption.split(":")[0] for t in tabs] == [
+        "aggregate decode throughput (tok/s)", "tokens per step (tokens/step)"]
+    for t in tabs:
+        assert len(t.frame.columns) <= 9
+        assert {"arm", "article", "source", "measured", "runs",
+                "measured / article"} <= set(t.frame.columns)
+        text = sa.html_table(t.frame, t.caption, t.notes)
+        for ident in ("agg_tok_s", "drafter-bf16", "dflash2_bf16_0330", "__"):
+            assert ident not in text, ident
+    speed = tabs[0].frame.filter(pl.col("arm") == "block drafter, unquantized")
+    assert set(speed["article arm"]) == {"DFlash 2, BF16 drafter, vLLM 0.33.0 (tuned)"}
+    row = speed.filter(pl.col("workload") == "essays").to_dicts()[0]  # 1 stream: all there is
+    assert row["article"] == 153.4 and row["measured / article"] == pytest.approx(17 / 153.4)
+    assert row["source"].startswith("B: table \u201cconfirmation")
+    assert any("155.2" in n for n in tabs[0].notes)  # the other printed value, named
+    # a change against an arm this study lacks: named under the table, not a row of n/a
+    (change,) = sa.overlay_tables(f.cells, claims, ["agg_tok_s_change_pct"])
+    assert change.frame["measured"].null_count() == 0
+    assert any("no measured counterpart" in n and "baseline arm is not in this study" in n
+               for n in change.notes)
+
+
+def test_speed_tables_show_mean_spread_runs_and_thousands_separators():
+    cells = frame([{"label": "a", "arm": "a", "repeat": r, "agg_tok_s": v,
+                    "repeated_4gram_share": 0.1}
+                   for r, v in enumerate([1200.0, 1300.0, 1500.0])]
+                  + [{"label": "b", "arm": "b", "agg_tok_s": 61.1, "repeated_4gram_share": 0.1}])
+    t = tables.by_streams(cells, "agg_tok_s")
+    assert t.frame.columns == ["a", "b"]  # one level: it moves to the caption
+    assert "all at w, 1 stream, T=0" in t.caption
+    html = sa.html_table(t.frame, t.caption)
+    assert "1,333 (1,200\u20131,500, n=3)" in html
+    assert "61.1 (n=1)" in html
+    change = tables.change_by_streams(cells, "b")
+    assert change.frame["a"][0]["n"] == 3
+    assert change.frame["a"][0]["mean"] == pytest.approx((1333.3333 / 61.1 - 1) * 100)
+    assert tables.fmt(1366.7) == "1,367" and tables.fmt(0.0376) == "0.0376"
+
+
+def test_paired_tables_are_one_per_metric_with_labels_and_change():
+    cells = frame([{"label": "ref arm", "arm": "ref", "agg_tok_s": 100.0,
+                    "repeated_4gram_share": 0.10, "gsm8k_strict_correct": None},
+                   {"label": "new arm", "arm": "new", "agg_tok_s": 90.0,
+                    "repeated_4gram_share": 0.25, "gsm8k_strict_correct": None},
+                   {"label": "ref arm", "arm": "ref", "workload": "gsm8k", "agg_tok_s": 50.0,
+                    "repeated_4gram_share": 0.1, "gsm8k_strict_correct": 3},
+                   {"label": "new arm", "arm": "new", "workload": "gsm8k", "agg_tok_s": 50.0,
+                    "repeated_4gram_share": 0.1, "gsm8k_strict_correct": 4}])
+    speed, rep, gsm = tables.paired_tables(cells, "new", "ref", [
+        "agg_tok_s", "repeated_4gram_share", "gsm8k_strict_correct"])
+    assert speed.frame.columns == ["workload", "ref arm", "new arm", "change (%)"]
+    w = speed.frame["workload"].to_list().index("w")
+    assert speed.frame["change (%)"][w] == pytest.approx(-10.0)
+    assert speed.caption.startswith("aggregate decode throughput (tok/s): new arm against "
+                                    "ref arm")
+    assert rep.frame["difference (points)"][w] == pytest.approx(15.0)  # 10 % to 25 %
+    assert gsm.frame["workload"].to_list() == ["gsm8k"]  # no row of n/a for the essays

@@ -33,7 +33,7 @@ def test_notebook_is_committed_thin_and_without_outputs(nb):
                 "from specrepro import analysis as sa, pipeline", ""), f"{nb}: logic belongs in the package"
     sources = "\n".join(c.source for c in book.cells)
     for call in ("pipeline.load_finding", "sa.show_header", "sa.overlay", "sa.show_figure",
-                 "sa.show_verdict"):
+                 "sa.show_summary"):
         assert call in sources, f"{nb} lacks {call}"
 
 

@@ -184,7 +184,7 @@ def test_a_gain_gate_inside_the_spread_is_not_met():
     v = verdicts.verdict(finding("05_fp8_drafter_gates",
                                  gate_rows("vllm", [100.0, 95.0, 106.0], [104.0, 101.0, 108.0]),
                                  params=RTX))
-    c = [c for c in v.checks if "+3% tok/s" in c.claim][0]
+    c = next(c for c in v.checks if "+3% tok/s" in c.claim)
     assert c.outcome == "does not hold" and "inside the run-to-run range" in c.reason
 
 

@@ -8,7 +8,8 @@ Design:
 - Notebooks import this package and `specrepro.pipeline` and call the names below; no
   logic lives in a cell.
 - Modules: `finding` (a finding's study and stored cells), `tables`, `overlay` (published
-  beside measured), `gates`, `verdicts`, `figures`, `show` (display helpers), `claims`
+  beside measured), `gates`, `verdicts`, `figures` (by finding in `figures_sweep`,
+  `figures_pairs`, `figures_load`, on `figures_common`), `show` (display helpers), `claims`
   (per-notebook data), `notebooks` (papermill runner), `report` (HTML index,
   `specrepro report`).
 """
@@ -17,20 +18,20 @@ from specrepro.analysis import figures, tables
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding, at_project_root
 from specrepro.analysis.gates import evaluate_gates
-from specrepro.analysis.overlay import overlay, published_points
+from specrepro.analysis.overlay import overlay, overlay_tables, published_points
 from specrepro.analysis.show import (
     html_table,
     show_figure,
     show_header,
     show_power_note,
+    show_summary,
     show_table,
-    show_verdict,
     untestable,
 )
 from specrepro.analysis.verdicts import Verdict, verdict
 
 __all__ = [
     "Claims", "Finding", "Verdict", "at_project_root", "claims_for", "evaluate_gates",
-    "figures", "html_table", "overlay", "published_points", "show_figure",
-    "show_header", "show_power_note", "show_table", "show_verdict", "tables", "untestable", "verdict",
+    "figures", "html_table", "overlay", "overlay_tables", "published_points", "show_figure",
+    "show_header", "show_power_note", "show_summary", "show_table", "tables", "untestable", "verdict",
 ]

@@ -10,12 +10,22 @@ Design:
   concurrency or workload matches only arm-level metrics (KV pool, memory, slots).
 - Published metrics are read in the article's units: percent metrics (acceptance rates,
   changes) are compared as percent, so the measured fraction is scaled to percent.
-- `agg_tok_s_change_pct` is computed from the measured cells against the arm the
-  published row names as its baseline (mapped to a study arm), with metrics.py.
+- A change (`agg_tok_s_change_pct`) is computed from the measured cells as the article
+  defines it, with metrics.py: against the arm the published row names as its baseline
+  (mapped to a study arm) at the same level; where that baseline is the row's own arm, the
+  change is across the one level that differs (article A: MTP at T=1.0 against MTP at
+  T=0.7), read from the article's own figures of that arm (the level whose figure gives the
+  printed change), else from the one measured level of the arm that differs in one key.
+- Every measured figure carries its spread over repeats (`measured_min`, `measured_max`,
+  `runs`; a change: each run against the baseline's mean), and `overlay_tables` shows it
+  split per metric, in words, with the article arm's label (published/arms.csv).
 - Where the article prints two different values for one thing, the one named by the
   notebook's `prefer` (else a table before a sentence) is compared, and the other stays in
   `also_published` with its source, so the reader sees which was chosen.
 - Rows for single repeats (article A's four runs) are left out here; figures show them.
+- `points_at` and `published_positions` give figures the published points of a measured
+  level by the overlay's own matching rule (`_matches`), so a marker is never drawn at
+  another temperature than the table compares.
 """
 
 from __future__ import annotations
@@ -25,8 +35,10 @@ import re
 import polars as pl
 
 from specrepro import metrics
+from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims
-from specrepro.published import load_published
+from specrepro.analysis.tables import Table
+from specrepro.published import load_arms, load_published
 
 ARM_LEVEL = {"kv_pool_tokens", "max_concurrency_contexts", "peak_mem_mib", "request_slots"}
 # The published metrics a measured cell has a counterpart for (in measured_value).
@@ -40,10 +52,13 @@ _POS = re.compile(r"^acceptance_rate_pos(\d+)$")
 OVERLAY_SCHEMA = {
     "label": pl.String, "arm": pl.String, "workload": pl.String, "concurrency": pl.Int64,
     "temperature": pl.Float64, "published_temperature": pl.Float64, "metric": pl.String,
-    "measured": pl.Float64,
+    "measured": pl.Float64, "measured_min": pl.Float64, "measured_max": pl.Float64,
+    "runs": pl.Int64,
     "published": pl.Float64, "unit": pl.String, "published_arm": pl.String,
+    "published_stat": pl.String, "article": pl.String, "baseline": pl.String,
     "source": pl.String, "also_published": pl.String,
 }
+LEVEL_KEYS = ("concurrency", "temperature")  # what a same-arm change may differ in
 
 
 def measured_value(level: dict, metric: str) -> float | None:
@@ -71,25 +86,20 @@ def measured_value(level: dict, metric: str) -> float | None:
 
 
 def _levels(cells: pl.DataFrame) -> list[dict]:
-    """Per arm x workload x concurrency x temperature: the mean of each figure over repeats
-    (per-position acceptance averaged position by position)."""
-    out = []
+    """Per arm x workload x concurrency x temperature: the level's keys and its runs (one
+    row dict per repeat)."""
     keys = ["label", "arm", "workload", "concurrency", "temperature"]
-    for _, part in cells.group_by(keys, maintain_order=True):
-        level = {k: part[k][0] for k in keys}
-        for col in part.columns:
-            if col in keys or part[col].dtype not in (pl.Float64, pl.Int64):
-                continue
-            vals = part[col].drop_nulls()
-            level[col] = vals.mean() if vals.len() else None
-        per = [p for p in part["per_position_acceptance"].to_list() if p]
-        if per:
-            n = max(len(p) for p in per)
-            level["per_position_acceptance"] = [
-                sum(p[i] for p in per if i < len(p)) / sum(1 for p in per if i < len(p))
-                for i in range(n)]
-        out.append(level)
-    return out
+    return [{**{k: part[k][0] for k in keys}, "runs": part.to_dicts()}
+            for _, part in cells.group_by(keys, maintain_order=True)]
+
+
+def _figures(level: dict, metric: str) -> list[float]:
+    """The level's measured figure of `metric`, one per run that has it."""
+    return [v for v in (measured_value(r, metric) for r in level["runs"]) if v is not None]
+
+
+def _mean(vals: list[float]) -> float | None:
+    return sum(vals) / len(vals) if vals else None
 
 
 def _matches(pub: dict, level: dict, claims: Claims) -> bool:
@@ -149,16 +159,18 @@ def overlay(cells: pl.DataFrame, claims: Claims, metrics_wanted: list[str] | Non
                     continue
                 arm_level_done.add((level["arm"], metric))
             chosen, others = _choose(candidates, claims)
-            if metric == "agg_tok_s_change_pct":
-                base_arm = reverse.get(chosen["baseline_arm"] or "")
-                base = next((lv for lv in levels if lv["arm"] == base_arm
-                             and lv["workload"] == level["workload"]
-                             and lv["concurrency"] == level["concurrency"]
-                             and lv["temperature"] == level["temperature"]), None)
-                value = (None if base is None else
-                         metrics.relative_change_pct(level.get("agg_tok_s"), base.get("agg_tok_s")))
+            if metric.endswith("_change_pct"):
+                base = _baseline_level(chosen, level, levels, claims, reverse)
+                base_mean = None if base is None else _mean(
+                    _figures(base, metric.removesuffix("_change_pct")))
+                values = [v for v in (metrics.relative_change_pct(x, base_mean) for x in
+                                      _figures(level, metric.removesuffix("_change_pct")))
+                          if v is not None]
+                against = None if base is None else (
+                    base["label"] if base["arm"] != level["arm"] else "the same arm at " + ", ".join(
+                        _key_text(k, base[k]) for k in LEVEL_KEYS if base[k] != level[k]))
             else:
-                value = measured_value(level, metric)
+                values, against = _figures(level, metric), None
             also = "; ".join(f"{o['value']:g} ({o['source']})" for o in others) or None
             arm_level = metric in ARM_LEVEL
             rows.append({
@@ -167,10 +179,59 @@ def overlay(cells: pl.DataFrame, claims: Claims, metrics_wanted: list[str] | Non
                 "concurrency": None if arm_level else level["concurrency"],
                 "temperature": None if arm_level else level["temperature"],
                 "published_temperature": chosen["temperature"],
-                "metric": metric, "measured": value, "published": chosen["value"],
-                "unit": chosen["unit"], "published_arm": pub_arm, "source": chosen["source"],
-                "also_published": also})
+                "metric": metric, "measured": _mean(values),
+                "measured_min": min(values) if values else None,
+                "measured_max": max(values) if values else None, "runs": len(values),
+                "published": chosen["value"], "unit": chosen["unit"], "published_arm": pub_arm,
+                "published_stat": chosen["stat"], "article": chosen["article"],
+                "baseline": against, "source": chosen["source"], "also_published": also})
     return pl.DataFrame(rows, schema=OVERLAY_SCHEMA, orient="row")
+
+
+def _baseline_level(row: dict, level: dict, levels: list[dict], claims: Claims,
+                    reverse: dict) -> dict | None:
+    """The measured level a published change row is a change against: its baseline arm at
+    the same level, or, where the baseline is the row's own arm, the same arm at the one
+    level key that differs (`_across`)."""
+    base_arm = reverse.get(row["baseline_arm"] or "")
+    if base_arm is None:
+        return None
+    same = [lv for lv in levels if lv["arm"] == base_arm and lv["workload"] == level["workload"]]
+    if base_arm != level["arm"]:
+        return next((lv for lv in same if all(lv[k] == level[k] for k in LEVEL_KEYS)), None)
+    across = _across(row)
+    if across is not None:
+        key, value = across
+        return next((lv for lv in same
+                     if all(lv[k] == level[k] for k in LEVEL_KEYS if k != key)
+                     and (claims.compared_temperature(lv[key]) if key == "temperature"
+                          else lv[key]) == value), None)
+    # the article gives no figure to tell which level: the one measured level that differs
+    # in one key, where there is exactly one
+    others = [lv for lv in same if sum(lv[k] != level[k] for k in LEVEL_KEYS) == 1]
+    return others[0] if len(others) == 1 else None
+
+
+def _across(row: dict) -> tuple[str, float] | None:
+    """A same-arm change's baseline level in the article's terms: (key, value) of the level
+    key that differs, read from the arm's own published figures of the changed metric (the
+    one whose figure, against the row's level's, gives the printed change best)."""
+    base_metric = row["metric"].removesuffix("_change_pct")
+    own = load_published().filter(
+        (pl.col("arm") == row["arm"]) & (pl.col("metric") == base_metric)
+        & pl.col("stat").is_in(STATS) & pl.col("repeat").is_null()
+        & (pl.col("workload") == row["workload"])).to_dicts()
+    at_row = [r["value"] for r in own if all(r[k] == row[k] for k in LEVEL_KEYS)]
+    best, best_err = None, None
+    for r in own:
+        differ = [k for k in LEVEL_KEYS if r[k] != row[k]]
+        if len(differ) != 1 or r[differ[0]] is None:
+            continue
+        err = (abs(metrics.relative_change_pct(at_row[0], r["value"]) - row["value"])
+               if at_row and r["value"] else 0.0)
+        if best_err is None or err < best_err:
+            best, best_err = (differ[0], r[differ[0]]), err
+    return best
 
 
 def published_points(claims: Claims, metric: str, repeats: bool = False) -> pl.DataFrame:
@@ -194,3 +255,179 @@ def published_points(claims: Claims, metric: str, repeats: bool = False) -> pl.D
     out = pl.DataFrame(chosen, schema=pub.schema, orient="row") if chosen else pub.clear()
     return out.with_columns(pl.col("arm").replace_strict(reverse, default=None)
                             .alias("study_arm"))
+
+
+def points_at(points: pl.DataFrame, claims: Claims, arm: str, workload: str | None,
+              concurrency: int | None, temperature: float | None) -> pl.DataFrame:
+    """The published points (`published_points`) a measured level of a study arm is compared
+    with, by the overlay's own rule: same workload and concurrency, and the compared
+    temperature (the level's own unless claims.yaml sets published_temperature)."""
+    level = {"workload": workload, "concurrency": concurrency, "temperature": temperature}
+    rows = [r for r in points.filter(pl.col("study_arm") == arm).to_dicts()
+            if _matches(r, level, claims)]
+    return pl.DataFrame(rows, schema=points.schema, orient="row") if rows else points.clear()
+
+
+POSITIONS_SCHEMA = {"study_arm": pl.String, "published_arm": pl.String, "label": pl.String,
+                    "workload": pl.String, "own": pl.Boolean, "position": pl.Int64,
+                    "value": pl.Float64, "source": pl.String}
+
+
+def published_positions(claims: Claims, workload: str | None, concurrency: int | None,
+                        temperature: float | None) -> pl.DataFrame:
+    """The article's acceptance by draft position (%) to draw beside a measured level, per
+    mapped study arm: its published arm's own figures at the compared level (own=True);
+    where that arm has none at all, those of the article's other arm of the same method and
+    draft count (own=False; article A gives MTP's 75/57/44 % from production traffic, not
+    from the probe), with that arm's label and workload so a figure says which it is."""
+    arms = load_arms()
+    info = {r["arm"]: r for r in arms.to_dicts()}
+    pos = load_published().filter(pl.col("metric").str.starts_with("acceptance_rate_pos")
+                                  & pl.col("stat").is_in(STATS) & pl.col("repeat").is_null())
+    level = {"workload": workload, "concurrency": concurrency, "temperature": temperature}
+    rows = []
+    for study_arm, pub_arm in claims.arms.items():
+        mine = pos.filter(pl.col("arm") == pub_arm).to_dicts()
+        own = bool(mine)
+        if own:
+            mine = [r for r in mine if _matches(r, level, claims)]
+        else:
+            me = info[pub_arm]
+            twins = [a for a, r in info.items() if a != pub_arm and r["method"] == me["method"]
+                     and r["drafts"] == me["drafts"] and me["article"] in r["article"].split("|")]
+            mine = pos.filter(pl.col("arm").is_in(twins)).to_dicts()
+        for r in mine:
+            rows.append({"study_arm": study_arm, "published_arm": r["arm"],
+                         "label": info[r["arm"]]["label"], "workload": r["workload"],
+                         "own": own, "position": int(_POS.match(r["metric"]).group(1)),
+                         "value": r["value"], "source": r["source"]})
+    return pl.DataFrame(rows, schema=POSITIONS_SCHEMA, orient="row").unique(
+        ["study_arm", "published_arm", "position"], keep="first", maintain_order=True)
+
+
+# ------------------------------------------------------------------ reader tables
+
+
+def _key_text(key: str, value) -> str:
+    return tables.streams(value) if key == "concurrency" else f"T={value:g}"
+
+
+def short_source(source: str, stat: str | None = None, width: int = 48) -> str:
+    """Where the article prints a figure, short: the quoted phrase, or the table and row."""
+    kind, _, rest = source.partition(": ")
+
+    def clip(text: str) -> str:
+        return text if len(text) <= width else text[: width - 1].rstrip() + "\u2026"
+
+    if kind == "table":
+        parts = [x.strip() for x in rest.split("|")]
+        row = next((x[5:] for x in parts if x.startswith("row: ")), None)
+        text = f"table \u201c{clip(parts[0])}\u201d" + (f", row \u201c{clip(row)}\u201d"
+                                                          if row else "")
+    elif kind == "text":
+        text = f"\u201c{clip(rest)}\u201d"
+    else:
+        text = clip(source)
+    return ("about: " + text) if stat == "approx" else text
+
+
+def _family(metric: str) -> str:
+    return "acceptance_rate_pos" if _POS.match(metric) else metric
+
+
+def overlay_tables(cells: pl.DataFrame, claims: Claims,
+                   metrics_wanted: list[str] | None = None) -> list[Table]:
+    """The overlay as one small table per metric (per-position rates together): the arm's
+    label, the level where it varies, the article's arm (published/arms.csv label), figure
+    and source, the measured mean (min-max over the runs), runs, and measured / article."""
+    wanted = None if metrics_wanted is None else [
+        m for m in COMPARABLE if _family(m) in {_family(w) for w in metrics_wanted}]
+    ov = overlay(cells, claims, wanted)
+    arm_label = dict(load_arms().select("arm", "label").iter_rows())
+    order = metrics_wanted or ov["metric"].to_list()
+    out = []
+    for fam in dict.fromkeys(_family(m) for m in order):
+        part = ov.filter(pl.col("metric").map_elements(_family, return_dtype=pl.String) == fam)
+        if not part.height:
+            continue
+        if fam == "acceptance_rate_pos":
+            part = part.with_columns(pl.col("metric").str.extract(r"(\d+)$").cast(pl.Int64)
+                                     .alias("position"))
+        out.append(_overlay_table(part, fam, arm_label))
+    return out
+
+
+def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict) -> Table:
+    shown, fixed = tables.varying_levels(part)
+    pt = part["published_temperature"].unique().to_list()
+    cross_t = part.filter(pl.col("published_temperature").is_not_null()
+                          & (pl.col("published_temperature") != pl.col("temperature")))
+    t_column = cross_t.height and len(pt) > 1
+    rows, notes = [], []
+    for r in part.to_dicts():
+        if r["measured"] is None:  # nothing here to set beside it: say so under the table
+            notes.append(f"{r['label']}: the article's {r['published']:g} "
+                         f"({arm_label.get(r['published_arm'], r['published_arm'])}, "
+                         f"{short_source(r['source'], r['published_stat'])}) has no measured "
+                         "counterpart in this run" + (" (its baseline arm is not in this study)"
+                                                      if fam.endswith("_change_pct") else ""))
+            continue
+        row = {"arm": r["label"]}
+        row.update({tables.LEVEL_COLUMNS[k]: (f"{r[k]:g}" if k == "temperature" else r[k])
+                    for k in shown})
+        if t_column:
+            row["article T"] = (None if r["published_temperature"] is None
+                                else f"{r['published_temperature']:g}")
+        if fam == "acceptance_rate_pos":
+            row["position"] = r["position"]
+        if fam.endswith("_change_pct"):
+            row["against"] = r["baseline"]
+        row["article arm"] = arm_label.get(r["published_arm"], r["published_arm"])
+        row["article"] = r["published"]
+        row["source"] = f"{r['article']}: {short_source(r['source'], r['published_stat'])}"
+        row["measured"] = (None if r["measured"] is None else
+                           {"mean": r["measured"], "min": r["measured_min"],
+                            "max": r["measured_max"]})
+        row["runs"] = r["runs"]
+        row["measured / article"] = (None if r["measured"] is None or not r["published"]
+                                     else r["measured"] / r["published"])
+        rows.append(row)
+        if r["also_published"]:
+            where = ", ".join(str(_level_text(r, k)) for k in tables.LEVEL_COLUMNS
+                              if r[k] is not None)
+            notes.append(f"{r['label']}{' at ' + where if where else ''}: the article also "
+                         f"prints {r['also_published']}")
+    unit = part["unit"][0]
+    cap = (f"{tables.name(fam, unit)}: the article's figure beside the measured mean "
+           "(min-max over the runs)")
+    if cross_t.height and not t_column:
+        cap += f"; the article's figures at T={pt[0]:g}"
+    # no row measured: an empty table that still carries its caption and notes
+    frame = pl.DataFrame(rows) if rows else pl.DataFrame(schema=EMPTY_TABLE)
+    return Table(frame, tables.with_fixed(cap, fixed), tuple(notes))
+
+
+EMPTY_TABLE = {"arm": pl.String, "article arm": pl.String, "article": pl.Float64,
+               "source": pl.String, "measured": pl.Float64, "runs": pl.Int64,
+               "measured / article": pl.Float64}
+
+
+def _level_text(row: dict, key: str) -> str:
+    return _key_text(key, row[key]) if key in LEVEL_KEYS else str(row[key])
+
+
+def published_ranges(claims: Claims, metric: str) -> pl.DataFrame:
+    """The article's printed ranges of one metric (stat min and max of one arm and level,
+    e.g. "acceptance from 43% down to 16%" over four runs), one row per range, with the
+    study arm it stands for."""
+    reverse = {v: k for k, v in claims.arms.items()}
+    pub = load_published().filter((pl.col("metric") == metric)
+                                  & pl.col("arm").is_in(list(reverse))
+                                  & pl.col("stat").is_in(["min", "max"]))
+    keys = ["arm", "workload", "concurrency", "temperature"]
+    wide = (pub.group_by(keys, maintain_order=True)
+            .agg(pl.col("value").filter(pl.col("stat") == "min").first().alias("min"),
+                 pl.col("value").filter(pl.col("stat") == "max").first().alias("max"),
+                 pl.col("source").first()))
+    return wide.filter(pl.col("min").is_not_null() & pl.col("max").is_not_null()).with_columns(
+        pl.col("arm").replace_strict(reverse, default=None).alias("study_arm"))

@@ -5,9 +5,10 @@ Design:
   the HTML index can find what it needs in the executed notebook: the verdict and each
   figure are displayed with `specrepro` output metadata ({"verdict": ..., "holds": ...},
   {"figure": "<png path>"}), which `report.py` reads back. No side files.
-- Tables are rendered from polars to a plain HTML table (numbers formatted to a few
-  significant digits, nulls as an empty cell marked n/a), with a caption that says what
-  the rows are and the units.
+- Tables are rendered from polars to a plain HTML table (numbers in `tables.fmt`'s one
+  format, nulls as an empty cell marked n/a, a measured figure with its spread as "mean
+  (min-max, n=3)"), with a caption that says what the rows are and the units, and notes
+  in the footer.
 """
 
 from __future__ import annotations
@@ -20,36 +21,64 @@ import polars as pl
 from IPython.display import HTML, Image, Markdown, display
 
 from specrepro.analysis import figures as figs
+from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding
-from specrepro.analysis.verdicts import Verdict
+from specrepro.analysis.summary import summary as build_summary
+from specrepro.analysis.summary import summary_html
 
 
 def _cell(value) -> str:
+    if isinstance(value, dict) and "mean" in value:
+        return _spread_cell(value)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return '<td class="na">n/a</td>'
-    if isinstance(value, float):
-        text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-        return f'<td style="text-align:right">{text}</td>'
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f'<td style="text-align:right">{value:,}</td>'
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f'<td style="text-align:right">{tables.fmt(value)}</td>'
     if isinstance(value, list):
         return "<td>" + ", ".join(f"{v:.2f}" if isinstance(v, float) else str(v)
                                   for v in value) + "</td>"
-    return f"<td>{html.escape(str(value))}</td>"
+    return f'<td style="text-align:left">{html.escape(str(value))}</td>'
 
 
-def html_table(df: pl.DataFrame, caption: str = "") -> str:
-    """A polars frame as an HTML table."""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+def _spread_cell(value: dict) -> str:
+    """A `tables.spread_of` figure: "mean (min-max, n=3)"; "mean (n=1)" for one run (no
+    spread to show); without "n" (the table has a runs column) just the range."""
+    if value["mean"] is None:
+        return '<td class="na">n/a</td>'
+    lo, hi, n = value.get("min"), value.get("max"), value.get("n")
+    extra = []
+    if lo is not None and hi is not None and lo != hi:
+        sep = "\u2013" if lo >= 0 else " to "  # "-24 to -19" reads better than "-24--19"
+        extra.append(f"{tables.fmt(lo)}{sep}{tables.fmt(hi)}")
+    if n is not None:
+        extra.append(f"n={n}")
+    text = tables.fmt(value["mean"]) + (f" ({', '.join(extra)})" if extra else "")
+    return f'<td style="text-align:right;white-space:nowrap">{html.escape(text)}</td>'
+
+
+def html_table(df: pl.DataFrame, caption: str = "", notes: tuple[str, ...] = ()) -> str:
+    """A polars frame as an HTML table; `notes` go in its footer, one line each."""
+    # words left, numbers right (nbconvert's style right-aligns every cell)
+    head = "".join(f'<th style="text-align:{"left" if t == pl.String else "right"}">'
+                   f"{html.escape(c)}</th>" for c, t in df.schema.items())
     body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in df.iter_rows())
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    foot = "".join(f'<tr><td colspan="{len(df.columns)}" class="note" '
+                   f'style="font-size:85%;text-align:left">{html.escape(n)}</td></tr>'
+                   for n in notes)
     return (f'<table class="specrepro">{cap}<thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+            f"<tbody>{body}</tbody>" + (f"<tfoot>{foot}</tfoot>" if foot else "") + "</table>")
 
 
-def show_table(df: pl.DataFrame, caption: str = "") -> None:
-    display(HTML(html_table(df, caption)))
+def show_table(table: pl.DataFrame | tables.Table | list, caption: str = "") -> None:
+    """Display a frame (with `caption`), a `tables.Table`, or a list of either (the
+    overlay's per-metric tables), each as its own HTML table."""
+    for t in table if isinstance(table, list) else [table]:
+        if isinstance(t, tables.Table):
+            display(HTML(html_table(t.frame, t.caption, t.notes)))
+        else:
+            display(HTML(html_table(t, caption)))
 
 
 def untestable(f: Finding, claims: Claims) -> list[tuple[str, str]]:
@@ -66,16 +95,15 @@ def untestable(f: Finding, claims: Claims) -> list[tuple[str, str]]:
 
 
 def show_header(f: Finding, claims: Claims) -> None:
-    """Title, the article's claim, where the data comes from, and what cannot be tested."""
-    lines = [f"## {claims.title} (article {claims.article})", "",
-             f"**The article's finding:** {claims.claim}", "",
-             f"**Data:** {f.describe()}.", ""]
+    """Title, where the data comes from, the temperatures compared, and what cannot be tested."""
+    # the article's finding opens the summary table above (show_summary)
+    lines = [f"**Data:** {f.describe()}.", ""]
     note = claims.temperature_note(f.cells["temperature"].to_list())
     if note:
-        lines += [f"**Temperature:** {note}. This suite measures at another temperature than "
-                  "the article's (its parameters file says why); the tables and figures put "
-                  f"the article's T={claims.published_temperature:g} values beside the "
-                  "measured ones, labelled so.", ""]
+        lines += [(f"**Temperature:** {note}. This suite measures at another temperature than "
+                   "the article's (its parameters file says why); the tables and figures put "
+                   f"the article's T={claims.published_temperature:g} values beside the "
+                   "measured ones, labelled so."), ""]
     cant = untestable(f, claims)
     if cant:
         lines.append("**Not testable on this engine** (docs/design.md, \"What the embedded engine "
@@ -93,9 +121,12 @@ def show_figure(fig, figures_dir: str | Path, notebook_id: str, name: str) -> li
     return paths
 
 
-def show_verdict(v: Verdict) -> None:
-    display(Markdown(f"**Verdict.** {v.text}"),
-            metadata={"specrepro": {"verdict": v.text, "holds": v.holds}})
+def show_summary(f: Finding, claims: Claims) -> dict:
+    """The report's first table (analysis/summary.py), with its data as output metadata for
+    the index."""
+    s = build_summary(f, claims)
+    display(HTML(summary_html(s)), metadata={"specrepro": {"summary": s}})
+    return s
 
 
 def show_power_note(f: Finding) -> None:

@@ -8,11 +8,23 @@ Design:
   is easy to draft and inflates acceptance (docs/embedded-model.md, lesson 4).
 - Derived figures use `specrepro.metrics` (relative change, step time), never a formula
   typed again here.
+- Two kinds of function: data views (`mean_over_repeats`, `gain_over`, `crossing`,
+  `crossings`, `kv_cost`: identifiers and raw units, for code and tests) and reader
+  tables (`Table`: `by_streams`, `change_by_streams`, `per_arm`, `bill_table`,
+  `spread_table`, `paired_tables`, `crossings_table`, `kv_table`). A reader table names
+  arms by their labels and metrics in words with units (`NAMES`), keeps a level column
+  only where the level varies (a constant one moves to the caption), and shows every
+  measured figure as its mean with its spread over repeats: a `spread_of` struct {mean,
+  min, max[, n]} that `show.html_table` renders as "mean (min-max, n=3)", or "mean (n=1)"
+  where one run is all there is.
+- `fmt` is the one number format (3 significant digits, thousands separators), used by the
+  HTML tables and the figures' labels alike.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -20,33 +32,11 @@ from specrepro import metrics
 
 LEVEL = ["label", "arm", "workload", "concurrency", "temperature"]
 
-SUMMARY_COLUMNS = [
-    "label", "workload", "concurrency", "temperature", "repeat", "seed", "n_requests",
-    "n_errors", "output_tokens", "agg_tok_s", "per_stream_tok_s", "acceptance_length",
-    "draft_acceptance_rate", "step_ms", "repeated_4gram_share",
-]
-
-
-def summary(cells: pl.DataFrame) -> pl.DataFrame:
-    """Every cell, one row each, with its speed, acceptance and repetition."""
-    return cells.select([c for c in SUMMARY_COLUMNS if c in cells.columns])
-
 
 def mean_over_repeats(cells: pl.DataFrame, values: list[str]) -> pl.DataFrame:
     """Mean (and run count) of each value per arm x workload x concurrency x temperature."""
     return (cells.group_by(LEVEL, maintain_order=True)
             .agg([pl.col(v).mean() for v in values] + [pl.len().alias("runs")]))
-
-
-def by_level(cells: pl.DataFrame, value: str, workload: str | None = None) -> pl.DataFrame:
-    """One row per concurrency level, one column per arm (its label): `value`, repeats
-    averaged. Arms keep the study's order."""
-    data = cells if workload is None else cells.filter(pl.col("workload") == workload)
-    means = mean_over_repeats(data, [value])
-    labels = list(dict.fromkeys(means["label"].to_list()))
-    wide = means.pivot(on="label", index="concurrency", values=value,
-                       aggregate_function="mean").sort("concurrency")
-    return wide.select(["concurrency", *[lab for lab in labels if lab in wide.columns]])
 
 
 def gain_over(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_s") -> pl.DataFrame:
@@ -62,56 +52,6 @@ def gain_over(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_s") -> p
             .rename({"_base": f"{value}_{baseline}"})
             .select(["label", "arm", "workload", "concurrency", "temperature", value,
                      f"{value}_{baseline}", "change_pct"]))
-
-
-def positions(cells: pl.DataFrame, concurrency: int | None = None) -> pl.DataFrame:
-    """Acceptance at each draft position (share of steps whose draft i was kept), per arm,
-    at one level (the lowest by default), averaged over repeats and workloads."""
-    level = concurrency if concurrency is not None else cells["concurrency"].min()
-    data = cells.filter((pl.col("concurrency") == level)
-                        & pl.col("per_position_acceptance").is_not_null())
-    rows = []
-    for (label, arm), part in data.group_by(["label", "arm"], maintain_order=True):
-        per = part["per_position_acceptance"].to_list()
-        rep = part["repeated_4gram_share"].drop_nulls()
-        for i in range(max(len(p) for p in per)):
-            vals = [p[i] for p in per if i < len(p)]
-            rows.append({"label": label, "arm": arm, "concurrency": level, "position": i + 1,
-                         "acceptance": sum(vals) / len(vals),
-                         "repeated_4gram_share": rep.mean() if rep.len() else None})
-    schema = {"label": pl.String, "arm": pl.String, "concurrency": pl.Int64,
-              "position": pl.Int64, "acceptance": pl.Float64,
-              "repeated_4gram_share": pl.Float64}
-    return pl.DataFrame(rows, schema=schema, orient="row")
-
-
-def spread(cells: pl.DataFrame, value: str = "agg_tok_s") -> pl.DataFrame:
-    """Run-to-run spread per arm and temperature: runs, mean, standard deviation, min, max,
-    coefficient of variation, with acceptance and repetition averaged beside."""
-    return (cells.group_by(["label", "arm", "temperature"], maintain_order=True)
-            .agg(pl.len().alias("runs"), pl.col(value).mean().alias("mean"),
-                 pl.col(value).std().alias("std"), pl.col(value).min().alias("min"),
-                 pl.col(value).max().alias("max"),
-                 pl.col("draft_acceptance_rate").mean(), pl.col("acceptance_length").mean(),
-                 pl.col("repeated_4gram_share").mean())
-            .with_columns((pl.col("std") / pl.col("mean")).alias("cv")))
-
-
-def paired(cells: pl.DataFrame, arm: str, reference: str, values: list[str]) -> pl.DataFrame:
-    """Two arms side by side per workload and level: each value for the reference arm, the
-    arm, and the arm's change against the reference (%)."""
-    means = mean_over_repeats(cells, [*values, "repeated_4gram_share"])
-    key = ["workload", "concurrency", "temperature"]
-    ref = means.filter(pl.col("arm") == reference).drop(["label", "arm", "runs"])
-    new = means.filter(pl.col("arm") == arm).drop(["label", "arm", "runs"])
-    joined = ref.join(new, on=key, how="full", suffix=f"__{arm}", coalesce=True)
-    out = joined.rename({v: f"{v}__{reference}" for v in [*values, "repeated_4gram_share"]})
-    for v in values:
-        change = [metrics.relative_change_pct(a, b) for a, b in
-                  zip(out[f"{v}__{arm}"].to_list(), out[f"{v}__{reference}"].to_list(),
-                      strict=True)]
-        out = out.with_columns(pl.Series(f"{v}__change_pct", change, dtype=pl.Float64))
-    return out.sort(key)
 
 
 def crossing(cells: pl.DataFrame, arm: str, baseline: str, value: str = "agg_tok_s"
@@ -143,30 +83,19 @@ def crossings(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_s") -> p
                                       "crossing_streams": pl.Float64}, orient="row")
 
 
-BILL_COLUMNS = ["label", "arm", "workload", "concurrency", "agg_tok_s", "power_w_mean",
-                "energy_j", "tokens_per_joule", "kv_pool_tokens", "max_concurrency",
-                "peak_mem_mib", "acceptance_length", "repeated_4gram_share"]
-
-
-POWER_COLUMNS = ("power_w_mean", "energy_j", "tokens_per_joule")
-
-
-def bill(cells: pl.DataFrame, with_power: bool = True) -> pl.DataFrame:
-    """What each arm costs per level: throughput, watts, tokens per joule, KV pool tokens,
-    the concurrency the pool allows and peak memory (repeats averaged). Without a power
-    source (with_power=False) the power columns are left out rather than shown empty."""
-    values = [c for c in BILL_COLUMNS if c not in LEVEL and c != "arm"
-              and (with_power or c not in POWER_COLUMNS)]
-    return mean_over_repeats(cells, values).select(
-        ["label", "arm", "workload", "concurrency", *values])
+def kv_reference(cells: pl.DataFrame, reference: str | None = None) -> str:
+    """The arm a KV pool is compared against: `reference`, else the first MTP arm (the
+    articles' comparison), else the first arm."""
+    if reference is not None:
+        return reference
+    mtp = cells.filter(pl.col("method") == "mtp")["arm"]
+    return mtp[0] if mtp.len() else cells["arm"][0]
 
 
 def kv_cost(cells: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
     """Each arm's KV pool against the reference arm's (default: the first MTP arm, the
     articles' comparison): tokens, tokens given up to the drafter, and %."""
-    if reference is None:
-        mtp = cells.filter(pl.col("method") == "mtp")["arm"]
-        reference = mtp[0] if mtp.len() else cells["arm"][0]
+    reference = kv_reference(cells, reference)
     pools = (cells.group_by(["label", "arm"], maintain_order=True)
              .agg(pl.col("kv_pool_tokens").drop_nulls().first(),
                   pl.col("max_concurrency").drop_nulls().first()))
@@ -177,3 +106,291 @@ def kv_cost(cells: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
     pct = [metrics.relative_change_pct(t, ref_tokens) for t in pools["kv_pool_tokens"].to_list()]
     return pools.with_columns(pl.Series("tokens_given_up", cost, dtype=pl.Int64),
                               pl.Series("change_pct", pct, dtype=pl.Float64))
+
+
+# ----------------------------------------------------------------- reader tables
+
+# What a header or an axis calls a cell column or a published metric: words, the unit shown,
+# and the factor from the stored value to that unit (stored fractions are shown in %).
+NAMES: dict[str, tuple[str, str, float]] = {
+    "agg_tok_s": ("aggregate decode throughput", "tok/s", 1.0),
+    "per_stream_tok_s": ("per-stream decode throughput", "tok/s", 1.0),
+    "agg_tok_s_change_pct": ("throughput change", "%", 1.0),
+    "acceptance_length": ("tokens per step", "tokens/step", 1.0),
+    "draft_acceptance_rate": ("draft tokens accepted", "%", 100.0),
+    "acceptance_rate_pos": ("accepted at each draft position", "% of steps", 1.0),
+    "step_ms": ("step time", "ms", 1.0),
+    "repeated_4gram_share": ("repeated 4-grams", "%", 100.0),
+    "ttft_p50_ms": ("median time to first token", "ms", 1.0),
+    "ttft_p95_ms": ("95th percentile time to first token", "ms", 1.0),
+    "ttft_p50_s": ("median time to first token", "s", 1.0),
+    "itl_p50_ms": ("median inter-token latency", "ms", 1.0),
+    "itl_ms": ("inter-token latency", "ms", 1.0),
+    "gsm8k_strict_correct": ("GSM8K correct (strict match)", "problems", 1.0),
+    "gsm8k_correct": ("GSM8K correct", "problems", 1.0),
+    "identical_to_baseline": ("outputs token-identical to the baseline arm", "%", 100.0),
+    "peak_mem_mib": ("peak memory", "MiB", 1.0),
+    "kv_pool_tokens": ("KV pool", "tokens", 1.0),
+    "max_concurrency": ("full-length requests the KV pool holds", "requests", 1.0),
+    "max_concurrency_contexts": ("full-length contexts the KV pool holds", "contexts", 1.0),
+    "tokens_per_joule": ("tokens per joule", "tok/J", 1.0),
+    "power_w_mean": ("mean board power", "W", 1.0),
+    "board_power_w": ("mean board power", "W", 1.0),
+    "energy_j": ("energy", "J", 1.0),
+}
+
+
+def name(metric: str, unit: str | None = None) -> str:
+    """'tokens per step (tokens/step)': a metric in words with its unit (`unit` overrides
+    the shown unit, e.g. a published row's own)."""
+    words, shown, _ = NAMES.get(metric, (metric.replace("_", " "), "", 1.0))
+    unit = unit if unit is not None else shown
+    return f"{words} ({unit})" if unit else words
+
+
+def scale(metric: str) -> float:
+    return NAMES.get(metric, ("", "", 1.0))[2]
+
+
+def fmt(value) -> str:
+    """The one number format: 3 significant digits, thousands separators from 1,000 up."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def streams(n: int | None) -> str:
+    return "any load" if n is None else f"{n} stream" + ("" if n == 1 else "s")
+
+
+def spread_of(values, factor: float = 1.0, with_n: bool = True) -> dict | None:
+    """Mean, min and max (and run count) of the measured runs of one figure; None where no
+    run measured it."""
+    vals = [v * factor for v in values
+            if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return None
+    out = {"mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)}
+    if with_n:
+        out["n"] = len(vals)
+    return out
+
+
+@dataclass(frozen=True)
+class Table:
+    """A reader table: the frame, a caption that says what rows and cells are, and notes
+    shown under it."""
+
+    frame: pl.DataFrame
+    caption: str
+    notes: tuple[str, ...] = ()
+
+
+ACCEPTANCE = ("acceptance_length", "draft_acceptance_rate")
+LEVEL_COLUMNS = {"workload": "workload", "concurrency": "streams", "temperature": "T"}
+SPREAD_NOTE = "cells: mean over runs (min-max over the runs, n runs)"
+
+
+def _level_values(key: str, value):
+    return f"{value:g}" if key == "temperature" and value is not None else value
+
+
+def varying_levels(frame: pl.DataFrame, keys=tuple(LEVEL_COLUMNS)) -> tuple[list[str], str]:
+    """The level keys whose value varies in `frame` (to show as columns) and the constant
+    ones in words (for the caption): 'humaneval, 1 stream, T=0'."""
+    shown, fixed = [], []
+    for k in keys:
+        vals = frame[k].unique(maintain_order=True).to_list() if k in frame.columns else []
+        if len(vals) > 1:
+            shown.append(k)
+        elif vals and vals[0] is not None:  # arm-level figures have no level
+            v = vals[0]
+            fixed.append(streams(v) if k == "concurrency" else
+                         f"T={v:g}" if k == "temperature" and v is not None else str(v))
+    return shown, ", ".join(fixed)
+
+
+def with_fixed(caption: str, fixed: str) -> str:
+    return f"{caption}; all at {fixed}" if fixed else caption
+
+
+def _level_cells(row: dict, shown: list[str]) -> dict:
+    return {LEVEL_COLUMNS[k]: _level_values(k, row[k]) for k in shown}
+
+
+def _groups(cells: pl.DataFrame, keys: list[str]):
+    for key, part in cells.group_by(keys, maintain_order=True):
+        yield dict(zip(keys, key, strict=True)), part
+
+
+def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | None = None
+               ) -> Table:
+    """One row per level (streams, and workload or temperature where they vary), one column
+    per arm: `value` as mean (min-max, n runs)."""
+    shown, fixed = varying_levels(cells)
+    labels = list(dict.fromkeys(cells["label"].to_list()))
+    keys = ["workload", "temperature", "concurrency"]
+    rows = []
+    for level, at in _groups(cells.sort(keys), keys):
+        row = _level_cells(level, shown)
+        for label in labels:
+            row[label] = spread_of(at.filter(pl.col("label") == label)[value].to_list(),
+                                   scale(value))
+        rows.append(row)
+    # an arm without the figure at any level (no speculation has no tokens per step) is
+    # left out rather than shown as a column of n/a
+    labels = [lab for lab in labels if any(r[lab] is not None for r in rows)]
+    rows = [{k: v for k, v in r.items() if k in labels or k in LEVEL_COLUMNS.values()}
+            for r in rows]
+    cap = caption or f"{name(value)} per arm; {SPREAD_NOTE}"
+    notes = ()
+    if value in ACCEPTANCE:  # repetition is easy to draft: say how much there was
+        notes = ("repeated 4-grams in the outputs (repetition inflates acceptance), per arm "
+                 "over these levels: " + "; ".join(
+                     f"{lab} {fmt(s['mean'])} %" for lab in labels
+                     if (s := spread_of(cells.filter(pl.col("label") == lab)
+                                        ["repeated_4gram_share"].to_list(), 100.0))),)
+    return Table(pl.DataFrame(rows), with_fixed(cap, fixed), notes)
+
+
+def change_by_streams(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_s"
+                      ) -> Table:
+    """Each arm's change against the baseline arm at the same level (%), one column per arm:
+    the change of the means, with the spread of each run against the baseline's mean."""
+    shown, fixed = varying_levels(cells)
+    base_label = cells.filter(pl.col("arm") == baseline)["label"]
+    base_label = base_label[0] if base_label.len() else baseline
+    labels = list(dict.fromkeys(cells.filter(pl.col("arm") != baseline)["label"].to_list()))
+    keys = ["workload", "temperature", "concurrency"]
+    rows = []
+    for level, at in _groups(cells.sort(keys), keys):
+        base = at.filter(pl.col("arm") == baseline)[value].drop_nulls()
+        b = base.mean() if base.len() else None
+        row = _level_cells(level, shown)
+        for label in labels:
+            runs = at.filter(pl.col("label") == label)[value].to_list()
+            row[label] = spread_of([metrics.relative_change_pct(v, b) for v in runs])
+        rows.append(row)
+    cap = (f"Change of {name(value, '')} against {base_label} at the same level (%); cells: "
+           f"the change of the means (min-max: each run against {base_label}'s mean, n runs)")
+    return Table(pl.DataFrame(rows), with_fixed(cap, fixed))
+
+
+def per_arm(cells: pl.DataFrame, values: list[str], caption: str = "") -> Table:
+    """One row per arm and level, one column per value (mean, min-max over runs), and the
+    run count."""
+    shown, fixed = varying_levels(cells)
+    rows = []
+    for level, part in _groups(cells, ["label", *LEVEL_COLUMNS]):
+        row = {"arm": level["label"], **_level_cells(level, shown)}
+        for v in values:
+            row[name(v)] = spread_of(part[v].to_list(), scale(v), with_n=False)
+        row["runs"] = part.height
+        rows.append(row)
+    cap = caption or ", ".join(name(v) for v in values)
+    return Table(pl.DataFrame(rows), with_fixed(
+        f"{cap}; cells: mean over runs (min-max over the runs)", fixed))
+
+
+def bill_table(cells: pl.DataFrame, with_power: bool = True) -> Table:
+    """What each arm costs per level: throughput, tokens per step, repetition, peak memory
+    and, where a power source measured them (with_power), watts and tokens per joule; the
+    KV pool is `kv_table`'s (one value per arm)."""
+    values = ["agg_tok_s", "acceptance_length", "repeated_4gram_share", "peak_mem_mib"]
+    if with_power:
+        values += ["power_w_mean", "tokens_per_joule"]
+    return per_arm(cells, values, "What each arm costs: " + ", ".join(name(v) for v in values))
+
+
+def spread_table(cells: pl.DataFrame, value: str = "agg_tok_s") -> Table:
+    """Run-to-run spread per arm and temperature: runs, mean (min-max), standard deviation
+    and coefficient of variation of `value`, with acceptance and repetition beside."""
+    shown, fixed = varying_levels(cells, ("workload", "concurrency", "temperature"))
+    rows = []
+    for level, part in _groups(cells, ["label", *LEVEL_COLUMNS]):
+        vals = part[value].drop_nulls()
+        mean = vals.mean() if vals.len() else None
+        sd = vals.std() if vals.len() > 1 else None
+        rows.append({
+            "arm": level["label"], **_level_cells(level, shown), "runs": part.height,
+            name(value): spread_of(vals.to_list(), with_n=False),
+            "sd": sd, "cv (sd / mean)": None if sd is None or not mean else sd / mean,
+            name("draft_acceptance_rate"): spread_of(part["draft_acceptance_rate"].to_list(),
+                                                     100.0, with_n=False),
+            name("acceptance_length"): spread_of(part["acceptance_length"].to_list(),
+                                                 with_n=False),
+            name("repeated_4gram_share"): spread_of(part["repeated_4gram_share"].to_list(),
+                                                    100.0, with_n=False)})
+    return Table(pl.DataFrame(rows), with_fixed(
+        f"Run-to-run spread of {name(value)}: mean (min-max) over the runs, standard "
+        "deviation (sd) and cv = sd / mean (n=1: none)", fixed))
+
+
+def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[str]
+                  ) -> list[Table]:
+    """Two arms side by side, one small table per value: each level's reference and arm
+    (mean, min-max, n runs) and the arm's change against the reference (%)."""
+    pair = cells.filter(pl.col("arm").is_in([arm, reference]))
+    shown, fixed = varying_levels(pair)
+    label = {a: pair.filter(pl.col("arm") == a)["label"][0] for a in (arm, reference)
+             if pair.filter(pl.col("arm") == a).height}
+    keys = ["workload", "temperature", "concurrency"]
+    out = []
+    for v in values:
+        share = scale(v) == 100.0  # a share: its difference in points, not a change of a %
+        head = "difference (points)" if share else "change (%)"
+        rows = []
+        for level, at in _groups(pair.sort(keys), keys):
+            ref = spread_of(at.filter(pl.col("arm") == reference)[v].to_list(), scale(v))
+            new = spread_of(at.filter(pl.col("arm") == arm)[v].to_list(), scale(v))
+            if ref is None and new is None:  # not measured at this level (GSM8K on essays)
+                continue
+            a, b = new and new["mean"], ref and ref["mean"]
+            rows.append({**_level_cells(level, shown),
+                         label.get(reference, reference): ref, label.get(arm, arm): new,
+                         head: (None if a is None or b is None else a - b) if share
+                         else metrics.relative_change_pct(a, b)})
+        out.append(Table(pl.DataFrame(rows), with_fixed(
+            f"{name(v)}: {label.get(arm, arm)} against {label.get(reference, reference)}; "
+            f"{SPREAD_NOTE}; {head.split(' ')[0]}: of the means", fixed)))
+    return out
+
+
+def crossings_table(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_s") -> Table:
+    """Where each arm falls below the baseline arm, in streams (interpolated in log2)."""
+    levels = sorted(cells["concurrency"].unique().to_list())
+    base = cells.filter(pl.col("arm") == baseline)["label"]
+    base = base[0] if base.len() else baseline
+    c = crossings(cells, baseline, value)
+    head = f"falls below {base} at (streams)"
+    def text(x: float | None) -> str:
+        if x is None:
+            return f"not at {levels[0]}-{levels[-1]} streams"
+        return f"below already at {fmt(x)}" if x == levels[0] else fmt(x)
+
+    rows = [{"arm": r["label"], head: text(r["crossing_streams"])} for r in c.to_dicts()]
+    return Table(pl.DataFrame(rows, schema={"arm": pl.String, head: pl.String}),
+                 f"Where each arm's {name(value)} falls below {base}'s: linear in log2(streams) "
+                 "between the last level ahead and the first behind (means over runs)")
+
+
+def kv_table(cells: pl.DataFrame, reference: str | None = None) -> Table:
+    """Each arm's KV pool and what the drafter costs in it against the reference arm."""
+    ref = kv_reference(cells, reference)
+    kv = kv_cost(cells, ref)
+    ref_label = kv.filter(pl.col("arm") == ref)["label"]
+    ref_label = ref_label[0] if ref_label.len() else "the reference"
+    frame = kv.select(
+        pl.col("label").alias("arm"), pl.col("kv_pool_tokens").alias(name("kv_pool_tokens")),
+        pl.col("max_concurrency").alias(name("max_concurrency")),
+        pl.col("tokens_given_up").alias(f"given up against {ref_label} (tokens)"),
+        pl.col("change_pct").alias(f"against {ref_label} (%)"))
+    return Table(frame, f"KV pool at the same memory budget, against {ref_label}: tokens "
+                        "given up to the drafter's own caches, and % (set at startup: one "
+                        "value per arm)")
