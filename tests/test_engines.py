@@ -2,7 +2,8 @@
 
 The accepted-flag lists come from the real wheels (scripts/extract_engine_cli.py);
 launching is tested against a small fake server that mimics each engine's ready
-route, version route and startup log lines.
+route, version route and startup log lines, replaying what vLLM 0.26.0 and SGLang 0.5.14
+printed and answered on an H200 (tests/fixtures/engines, README.md there).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from specrepro.harness.engines import (
     parse_sglang_log,
     parse_vllm_log,
     render_argv,
+    startup_error,
 )
 from specrepro.harness.flags import engine_cli
 from specrepro.params import ParamsError, Profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "engines"
+VLLM_026, SGLANG_0514 = FIXTURES / "vllm-0.26.0", FIXTURES / "sglang-0.5.14"
 PROFILES = sorted((ROOT / "params" / "profiles").glob("*.yaml"))
 VLLM = [p for p in PROFILES if p.name.startswith("vllm-")]
 SGLANG = [p for p in PROFILES if p.name.startswith("sglang-")]
@@ -213,32 +217,84 @@ def test_startup_log_parsing():
     assert parse_vllm_log("nothing here").kv_pool_tokens is None
 
 
+def test_vllm_0_26_startup_log_fixture():
+    """0.26.0 prints the KV pool and the concurrency on two lines (kv_cache_utils.py:2177,
+    :2178), 0.33.0 on one; the backend and kernels are lines of their own."""
+    plain = parse_vllm_log((VLLM_026 / "none.log").read_text())
+    assert (plain.kv_pool_tokens, plain.max_concurrency, plain.tokens_per_request) == (
+        7208224, 3519.64, 2048)
+    assert plain.attention_backend == "FLASH_ATTN"
+    assert plain.kernels == {
+        "flash_attn_version": "3", "model_runner": "V2",
+        "sampler": "FlashInfer top-p/top-k sampling disabled via VLLM_USE_FLASHINFER_SAMPLER=0",
+        "cuda_graphs": "Cudagraph is disabled under eager mode"}
+    spec = parse_vllm_log((VLLM_026 / "dflash.log").read_text())
+    assert (spec.kv_pool_tokens, spec.max_concurrency) == (103312, 50.45)
+    assert spec.record()["kernels"]["model_runner"] == "V2"
+
+
+def test_sglang_0_5_14_startup_log_fixture():
+    plain = parse_sglang_log((SGLANG_0514 / "none.log").read_text())
+    assert (plain.kv_pool_tokens, plain.max_running_requests, plain.max_concurrency,
+            plain.tokens_per_request) == (2425035, 8, 8.0, 2048)
+    # from the server_args line: attention_backend='triton', not decode_/mm_/draft_ ones (None)
+    assert plain.attention_backend == "triton"
+    assert plain.kernels == {"sampling_backend": "pytorch", "cuda_graph_decode": "disabled",
+                             "kv_cache_dtype": "torch.bfloat16"}
+    spec = parse_sglang_log((SGLANG_0514 / "dflash_light.log").read_text())
+    assert spec.kv_pool_tokens == 3057492 and spec.kernels["draft_attention_backend"] == "triton"
+
+
+def test_startup_error_is_the_first_exception_line():
+    log = (SGLANG_0514 / "mtp.log").read_text()
+    assert startup_error(log).startswith(
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        "--mem-fraction-static=0.12.")
+    assert startup_error((VLLM_026 / "none.log").read_text()) is None  # a clean start
+    # vLLM's engine core prefixes its lines; the root cause comes before the wrapper
+    assert startup_error("(EngineCore pid=7) ValueError: bad draft\n(APIServer pid=6) "
+                         "RuntimeError: Engine core initialization failed.") == "ValueError: bad draft"
+
+
 # ------------------------------------------------------------------ launch and stop
 
 FAKE_SERVER = r'''
-"""A stand-in engine: vLLM's or SGLang's ready/version routes and startup lines."""
+"""A stand-in engine: the ready/version routes and startup lines of vLLM, SGLang 0.5.23,
+SGLang 0.5.14 or a generic OpenAI-compatible server (guidellm's mock server has /health and
+/v1/models only); FAKE_LOG, FAKE_METRICS, FAKE_SERVER_INFO and FAKE_VERSION_FILE replay
+captured files (a capture is the status on its first line, the body after it)."""
 import argparse, http.server, json, os, subprocess, sys, time
 ap = argparse.ArgumentParser()
 ap.add_argument("--host", default="127.0.0.1")
 ap.add_argument("--port", type=int)
 args, _ = ap.parse_known_args()
-flavour, mode = os.environ["FAKE_FLAVOUR"], os.environ.get("FAKE_MODE", "ok")
+env = os.environ.get
+flavour, mode = env("FAKE_FLAVOUR"), env("FAKE_MODE", "ok")
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 print(f"child pid {child.pid}", flush=True)
+if env("FAKE_LOG"):
+    print(open(env("FAKE_LOG")).read(), flush=True)
+elif flavour == "vllm":
+    print("INFO GPU KV cache size: 1,234,567 tokens, Maximum concurrency for 32,768 tokens "
+          "per request: 37.68x", flush=True)
+elif flavour == "sglang":
+    print("max_total_num_tokens=412345, chunked_prefill_size=8192, max_running_requests=11, "
+          "context_len=262144", flush=True)
 if mode == "die":
     print("RuntimeError: CUDA error: out of memory", flush=True)
     sys.exit(3)
-if flavour == "vllm":
-    print("INFO GPU KV cache size: 1,234,567 tokens, Maximum concurrency for 32,768 tokens "
-          "per request: 37.68x", flush=True)
-else:
-    print("max_total_num_tokens=412345, chunked_prefill_size=8192, max_running_requests=11, "
-          "context_len=262144", flush=True)
+if mode == "exit":  # the replayed log was a start-up failure
+    sys.exit(1)
 METRICS = ('# TYPE vllm:spec_decode_num_drafts_total counter\n'
            'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 42.0\n')
 if mode == "stubborn":
     import signal
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+START = time.monotonic()
+
+def captured(path):
+    status, body = open(path).read().split("\n", 1)
+    return int(status), body
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
@@ -247,20 +303,43 @@ class Handler(http.server.BaseHTTPRequestHandler):
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(code); self.end_headers(); self.wfile.write(data)
     def do_GET(self):
-        ready = mode != "never_ready"
-        if flavour == "vllm" and self.path == "/health":
+        ready, path = mode != "never_ready", self.path
+        warm = time.monotonic() - START >= float(env("FAKE_WARMUP_S", "0"))
+        if flavour == "vllm" and path == "/health":
             return self.answer(200 if ready else 503, "")
-        if flavour == "vllm" and self.path == "/version":
-            return self.answer(200, {"version": os.environ.get("FAKE_VERSION", "0.33.0")})
-        if flavour == "sglang" and self.path == "/ready":
+        if flavour == "vllm" and path == "/version":
+            if env("FAKE_VERSION_FILE"):
+                return self.answer(*captured(env("FAKE_VERSION_FILE")))
+            return self.answer(200, {"version": env("FAKE_VERSION", "0.33.0")})
+        if flavour == "sglang" and path == "/ready":
             return self.answer(200 if ready else 503, "")
-        if flavour == "sglang" and self.path == "/server_info":
+        if flavour == "sglang" and path == "/server_info":
             return self.answer(200, {"version": "0.5.23", "max_total_num_tokens": 412345})
-        if self.path == "/metrics":
+        if flavour == "sglang-0.5.14":
+            # /health as the H200 notes describe it: 200 before the model can generate
+            if path == "/health":
+                return self.answer(200, "")
+            if path == "/health_generate":  # 503 until the warm-up generation returned
+                return self.answer(200 if ready and warm else 503, "")
+            if path == "/server_info":
+                return self.answer(*captured(env("FAKE_SERVER_INFO")))
+            if path == "/version":
+                return self.answer(*captured(env("FAKE_VERSION_FILE")))
+        if flavour == "generic":
+            if path == "/health":
+                return self.answer(200, {"status": "healthy", "timestamp": time.time()})
+            if path == "/v1/models":
+                return self.answer(200, {"object": "list", "data": [{"id": "fake/model"}]})
+            return self.answer(404, {"detail": "Not Found"})
+        if path == "/metrics" and env("FAKE_METRICS"):
+            if not os.path.exists(env("FAKE_METRICS")):  # an engine without the route
+                return self.answer(404, {"detail": "Not Found"})
+            return self.answer(200, open(env("FAKE_METRICS")).read())
+        if path == "/metrics":
             return self.answer(200, METRICS)
-        return self.answer(404, "")
+        return self.answer(404, {"detail": "Not Found"})
 
-time.sleep(float(os.environ.get("FAKE_DELAY", "0.3")))
+time.sleep(float(env("FAKE_DELAY", "0.3")))
 http.server.ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()
 '''
 
@@ -297,14 +376,16 @@ def fake(tmp_path):
     script = tmp_path / "fake_engine.py"
     script.write_text(FAKE_SERVER)
 
-    def profile(flavour: str = "vllm", timeout: float = 20.0, **env) -> Profile:
-        data = {"name": f"fake-{flavour}", "engine": flavour, "command": ["{python}", str(script)],
+    def profile(flavour: str = "vllm", timeout: float = 20.0, engine: str | None = None,
+                version: str | None = None, **env) -> Profile:
+        engine = engine or flavour.split("-")[0]
+        data = {"name": f"fake-{flavour}", "engine": engine, "command": ["{python}", str(script)],
                 "port": free_port(), "model": {"id": "fake/model"}, "ready_timeout_s": timeout,
-                "env": {"FAKE_FLAVOUR": flavour, **env}}
-        if flavour == "sglang":
+                "env": {"FAKE_FLAVOUR": flavour, **{k: str(v) for k, v in env.items()}}}
+        if engine == "sglang":
             data["return_spec_details"] = True
-        if flavour == "vllm":
-            data["engine_version"] = "0.33.0"
+        if version or engine == "vllm":
+            data["engine_version"] = version or "0.33.0"
         return Profile.model_validate(data)
 
     return profile
@@ -397,3 +478,88 @@ def test_attach_detects_the_engine_behind_the_url(fake, tmp_path):
         assert served.alive()
     with pytest.raises(EngineError, match="no engine answers"):
         launch(attached, tmp_path)
+
+
+# ------------------------------------------- the engines as they were seen on the H200
+
+
+def requests_seen(log_path: Path) -> list[str]:
+    return [l.split()[1] for l in log_path.read_text().splitlines() if l.startswith("request ")]
+
+
+def test_vllm_0_26_launch_replaying_its_capture(fake, tmp_path):
+    profile = fake("vllm", version="0.26.0", FAKE_LOG=VLLM_026 / "dflash.log",
+                   FAKE_VERSION_FILE=VLLM_026 / "version.txt",
+                   FAKE_METRICS=VLLM_026 / "dflash.metrics-after.txt")
+    with launch(profile, tmp_path) as engine:
+        assert engine.version == "0.26.0" and engine.warnings == []
+        assert engine.startup.kv_pool_tokens == 103312 and engine.startup.max_concurrency == 50.45
+        assert engine.startup.attention_backend == "FLASH_ATTN"
+        counters = engine.counters()
+        assert (counters.num_drafts, counters.num_accepted_tokens) == (63, 131)
+        assert counters.kv_pool_tokens == engine.startup.kv_pool_tokens  # /metrics agrees
+
+
+def test_unknown_version_and_missing_metrics_say_so(fake, tmp_path):
+    """/version answering vLLM's 404 body (as /server_info does on 0.26.0) and /metrics
+    absent: the engine runs, and its warnings name what is unknown and what is lost."""
+    profile = fake("vllm", version="0.26.0", FAKE_VERSION_FILE=VLLM_026 / "server_info.txt",
+                   FAKE_METRICS=tmp_path / "absent")  # the fake answers 404
+    with launch(profile, tmp_path) as engine:
+        assert engine.version is None
+        text = "\n".join(engine.warnings)
+    assert f"vllm version unknown ({engine.url}/version gave none)" in text
+    assert "engine_version null, not the 0.26.0 the profile expects" in text
+    assert f"{engine.url}/metrics answers 404: not measured: acceptance (num_drafts" in text
+
+
+def test_sglang_0_5_14_waits_for_health_generate(fake, tmp_path):
+    """0.5.14 has no /ready (404) and its /health says 200 before the model can generate:
+    the adapter moves on to /health_generate and waits out the warm-up."""
+    warmup = 1.5
+    profile = fake("sglang-0.5.14", version="0.5.14", FAKE_WARMUP_S=warmup,
+                   FAKE_LOG=SGLANG_0514 / "none.log",
+                   FAKE_SERVER_INFO=SGLANG_0514 / "server_info.txt",
+                   FAKE_VERSION_FILE=SGLANG_0514 / "version.txt",
+                   FAKE_METRICS=SGLANG_0514 / "none.metrics-after.txt")
+    started = time.monotonic()
+    with launch(profile, tmp_path) as engine:
+        assert time.monotonic() - started >= warmup
+        assert engine.version == "0.5.14" and engine.warnings == []
+        assert engine.startup.kv_pool_tokens == 2425035
+        assert engine.startup.attention_backend == "triton"
+        assert engine.counters().num_requests == 7
+    seen = requests_seen(engine.log_path)
+    assert seen.count("/ready") == 1 and "/health_generate" in seen and "/health" not in seen
+    assert seen.index("/ready") < seen.index("/health_generate")
+
+
+def test_start_up_failure_names_its_cause(fake, tmp_path):
+    """SGLang 0.5.14's MTP start on the H200: the scheduler's ValueError, then the parent's
+    "Received sigquit" and exit; the error's first line carries the cause."""
+    profile = fake("sglang-0.5.14", FAKE_MODE="exit", FAKE_LOG=SGLANG_0514 / "mtp.log")
+    with pytest.raises(EngineError) as err:
+        launch(profile, tmp_path)
+    first = str(err.value).splitlines()[0]
+    assert "exited with code 1 before it was ready (ValueError: Loaded weights leave no GPU " \
+           "memory for the KV cache under --mem-fraction-static=0.12." in first
+
+
+def test_attach_generic_openai_server(fake, tmp_path):
+    """guidellm 0.8.1's mock server answers /health and /v1/models only: attached as a
+    generic engine with warnings, not refused."""
+    served = launch(fake("generic", engine="vllm"), tmp_path)  # launched only to run it
+    try:
+        attached = Profile.model_validate({"name": "attach-mock", "engine": "attach",
+                                           "url": served.url + "/v1",
+                                           "model": {"id": "fake/model"}})
+        handle = launch(attached, tmp_path)
+        assert handle.attached == "generic" and handle.engine == "generic"
+        assert handle.version is None
+        text = "\n".join(handle.warnings)
+        assert "neither vLLM, SGLang nor the embedded engine" in text
+        assert "generic version unknown (it has no version route)" in text
+        assert f"{handle.url}/metrics answers 404: not measured: the counter check" in text
+        assert handle.counters().missing() == []  # no names are expected of it
+    finally:
+        served.stop()

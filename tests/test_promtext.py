@@ -1,6 +1,10 @@
-"""Prometheus text of vLLM 0.33.0 and SGLang 0.5.23 (the engines' own metric names) → counters."""
+"""Prometheus text of vLLM and SGLang (the engines' own metric names) → counters: texts in
+vLLM 0.33.0's and SGLang 0.5.23's names, and the /metrics vLLM 0.26.0 and SGLang 0.5.14
+served on an H200 (tests/fixtures/engines)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +196,71 @@ def test_new_position_counts_from_zero():
 def test_unknown_engine_fails():
     with pytest.raises(ValueError, match="expected engine"):
         parse(VLLM_TEXT, "tgi")
+
+
+# ------------------------------------------- the engines' own /metrics, captured on an H200
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engines"
+
+
+def fixture(engine: str, name: str) -> str:
+    return (FIXTURES / engine / name).read_text()
+
+
+def test_vllm_0_26_reads_the_total_samples_not_created():
+    """vLLM 0.26.0 writes each counter as `<name>_total` with a `<name>_created` gauge
+    beside it (its creation time, ~1.8e9): only the first may be read."""
+    before = fixture("vllm-0.26.0", "dflash.metrics-before.txt")
+    after = fixture("vllm-0.26.0", "dflash.metrics-after.txt")
+    created = [line for line in after.splitlines()
+               if line.startswith("vllm:spec_decode_num_drafts_created{")]
+    assert created and float(created[0].rsplit(" ", 1)[1]) > 1e9  # the trap is in the text
+    d = delta(parse(before, "vllm"), parse(after, "vllm"))
+    assert (d.num_drafts, d.num_draft_tokens, d.num_accepted_tokens) == (63, 441, 131)
+    assert d.accepted_per_pos == (42, 27, 23, 14, 12, 8, 5)  # k = 7
+    assert (d.generation_tokens, d.prompt_tokens, d.prompt_tokens_cached) == (192, 63, 0)
+    assert d.request_success == {"stop": 0, "length": 3, "abort": 0, "error": 0,
+                                 "repetition": 0}
+    assert d.kv_pool_tokens == 103312  # cache_config_info's label, as the startup log says
+    assert sum(d.accepted_per_pos) == d.num_accepted_tokens
+    assert acceptance_length(d.num_accepted_tokens, d.num_drafts) == pytest.approx(1 + 131 / 63)
+
+
+def test_vllm_0_26_without_speculation_has_no_spec_counters():
+    snap = parse(fixture("vllm-0.26.0", "none.metrics-after.txt"), "vllm")
+    assert snap.num_drafts is None and snap.accepted_per_pos is None  # absent, not 0
+    assert snap.generation_tokens == 192 and snap.kv_pool_tokens == 7208224
+    assert snap.missing() == ["num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                              "accepted_per_pos"]
+
+
+def test_sglang_0_5_14_counters():
+    """0.5.14: no is_streaming label, no `_created` samples, `sglang:num_requests_total`
+    counts finished requests; `sglang:cached_tokens_total` (the real name, label
+    cache_source) has no sample with the radix cache off."""
+    before = fixture("sglang-0.5.14", "dflash_light.metrics-before.txt")
+    after = fixture("sglang-0.5.14", "dflash_light.metrics-after.txt")
+    assert "_created" not in after and "sglang:cached_tokens_total" not in after
+    d = delta(parse(before, "sglang"), parse(after, "sglang"))
+    assert (d.spec_verify_calls, d.generation_tokens, d.prompt_tokens) == (158, 384, 126)
+    assert d.num_requests == 6 and d.requests_finished == 6
+    assert d.prompt_tokens_cached is None  # never observed: not a made-up 0
+    assert d.num_accepted_tokens is None and d.accepted_per_pos is None  # SGLang has neither
+    assert d.kv_pool_tokens == 3057492
+
+
+def test_sglang_counter_first_seen_between_scrapes_counts_from_zero():
+    """SGLang's multiprocess counters appear on first increment: a counter absent before
+    the load and present after it moved by its whole value; vLLM's never appear late."""
+    after = fixture("sglang-0.5.14", "dflash_light.metrics-after.txt")
+    before = "\n".join(line for line in fixture("sglang-0.5.14", "dflash_light.metrics-before.txt")
+                       .splitlines() if "spec_verify_calls" not in line) + "\n"
+    assert delta(parse(before, "sglang"), parse(after, "sglang")).spec_verify_calls == 164
+    no_drafts = "\n".join(line for line in VLLM_TEXT.splitlines()
+                          if "spec_decode_num_drafts" not in line) + "\n"
+    assert delta(parse(no_drafts, "vllm"), parse(VLLM_TEXT, "vllm")).num_drafts is None
+
+
+def test_generic_server_has_no_counter_names():
+    snap = parse(fixture("vllm-0.26.0", "dflash.metrics-after.txt"), "generic")
+    assert snap.num_drafts is None and snap.generation_tokens is None and snap.missing() == []

@@ -122,6 +122,39 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def request_itl_s(gaps_s: Sequence[float], output_tokens: int | None) -> float | None:
+    """One request's inter-token latency as the peers define it: (last token's arrival −
+    first token's) / (output tokens − 1), seconds; None for one token or fewer.
+
+    guidellm 0.8.1 (`GenerativeRequestStats.inter_token_latency_ms`,
+    guidellm/schemas/base/request_stats.py:337-354, first and last token: the arrivals of
+    the first and last content chunks, guidellm/backends/openai/http.py:378-393) and
+    `vllm bench serve` 0.26.0 (TPOT = (latency − ttft) / (output_len − 1),
+    vllm/benchmarks/serve.py:607-611, latency being the arrival of the last chunk with
+    choices, vllm/benchmarks/lib/endpoint_request_func.py:231-257) both divide the time from
+    the first token to the last by the tokens after the first. `gaps_s` are the request's per-token gaps (the load generator's `itl_s`): they
+    add up to exactly last − first, however many tokens a chunk carried.
+    """
+    if output_tokens is None or output_tokens <= 1:
+        return None
+    return sum(gaps_s) / (output_tokens - 1)
+
+
+def request_mean_itl_s(requests: Sequence[tuple[Sequence[float], int | None]]) -> float | None:
+    """Mean over requests of `request_itl_s` (each request counts once): `vllm bench serve`'s
+    mean TPOT (np.mean over requests, vllm/benchmarks/serve.py:742). guidellm's ITL mean
+    weights each request by output_tokens − 1 (guidellm/benchmark/schemas/metrics.py:
+    1466-1470); the two agree where every output has one length (ignore_eos, max_tokens).
+
+    Beside it the suite keeps the token-weighted median of per-token gaps (`itl_p50_ms`):
+    under speculative decoding a step's tokens arrive in one chunk and share its gap, so
+    that median sits well below this mean (issue 16, the embedded server's block drafter:
+    4.3-5.3 ms against 6.5-7.9 ms on the same requests).
+    """
+    values = [v for v in (request_itl_s(g, n) for g, n in requests) if v is not None]
+    return sum(values) / len(values) if values else None
+
+
 def relative_change_pct(new: float | None, old: float | None) -> float | None:
     """(new / old − 1) × 100, the unit of article B's gates (+6.0 %, −2 %)."""
     r = _ratio(new, old)

@@ -71,7 +71,10 @@ CELL_SCHEMA: dict[str, pl.DataType] = {
     "temperature": _F, "top_p": _F, "top_k": _I, "repeat": _I, "seed": _I, "ignore_eos": _B,
     "n_requests": _I, "n_errors": _I, "prompt_tokens": _I, "output_tokens": _I,
     "wall_s": _F, "agg_tok_s": _F, "per_stream_tok_s": _F,
-    "ttft_p50_ms": _F, "ttft_p95_ms": _F, "itl_p50_ms": _F, "e2e_p50_s": _F,
+    "ttft_p50_ms": _F, "ttft_p95_ms": _F,
+    "itl_p50_ms": _F,  # token-weighted median of per-token gaps
+    "itl_request_mean_ms": _F,  # mean over requests of (last - first token) / (tokens - 1)
+    "e2e_p50_s": _F,
     "num_drafts": _I, "num_draft_tokens": _I, "num_accepted_tokens": _I,
     "acceptance_length": _F, "draft_acceptance_rate": _F,
     "per_position_acceptance": pl.List(_F), "step_ms": _F,
@@ -90,6 +93,9 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "completion_tokens": _I, "text": _S, "token_ids": pl.List(_I), "finish_reason": _S,
     "error": _S, "gsm8k_strict": _B, "gsm8k_flexible": _B,
 }
+
+# Columns added after stores were written: a file without one reads it as null.
+ADDED_COLUMNS = {"itl_request_mean_ms"}  # issue 16: the peers' inter-token latency
 
 # Columns a row must give; every other column defaults to null ([] for warnings).
 CELL_REQUIRED = ("cell_id", "attempt", "status")
@@ -244,11 +250,17 @@ def _read(files: Iterable[Path], table: str) -> pl.DataFrame:
     """The rows of these files, each key once (a merged file and leftover parts of the same
     session hold the same rows), in the schema's column order."""
     schema = CELL_SCHEMA if table == "cells" else REQUEST_SCHEMA
-    frames = [pl.read_parquet(f).select(list(schema)) for f in files]
+    frames = [_with_added(pl.read_parquet(f), schema).select(list(schema)) for f in files]
     if not frames:
         return empty(schema)
     keys = KEYS[table] if table == "requests" else ["study", "run_id", *KEYS[table]]
     return pl.concat(frames, how="vertical").unique(keys, keep="first", maintain_order=True)
+
+
+def _with_added(df: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """A file written before one of ADDED_COLUMNS existed, with that column null."""
+    return df.with_columns(pl.lit(None, schema[c]).alias(c)
+                           for c in ADDED_COLUMNS if c in schema and c not in df.columns)
 
 
 def load_attempts(path: Path | str) -> pl.DataFrame:

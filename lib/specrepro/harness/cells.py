@@ -9,10 +9,19 @@ Design:
   re-derived here.
 - Acceptance has three sources (`acceptance`): the engine's counter deltas in vLLM's names
   (vLLM and the embedded engine), SGLang's per-response fields summed over the requests
-  (`sglang_counts`), or the transformers peer's own counts.
+  (`sglang_counts`; 0.5.23 returns them under `sglext.spec_tokens_details`, 0.5.14 only
+  in its native `/generate`'s `meta_info`, which the load generator does not send, never in
+  its OpenAI responses), or the transformers peer's own counts. Where SGLang's responses carry none, its counters give tokens per step
+  (`sglang_counter_counts`), and what it does not count (draft tokens, per position) is
+  None with the warning "not counted by this engine", never a zero.
+- Latency (`latency_fields`): TTFT and end-to-end percentiles, and inter-token latency two
+  ways, each named: `itl_p50_ms`, the token-weighted median of per-token gaps (a chunk of m
+  tokens gives m gaps of gap/m), and `itl_request_mean_ms`, the per-request mean that
+  guidellm and `vllm bench serve` report (metrics.request_mean_itl_s).
 - Counter deltas that do not match the tokens the client saw (another client's traffic, a
   restart) set `counters_consistent=False` with a warning (`consistency`); `/metrics`
-  missing leaves acceptance empty with a warning (`counters_delta`).
+  missing leaves what it feeds empty, with a warning naming the URL and those
+  measurements (`counters_delta`, promtext.LOST_WITHOUT_METRICS).
 - Quality: GSM8K strict/flexible per request on the very outputs that were timed
   (`grade`), the repeated-4-gram share, and the share of outputs identical to the baseline
   arm's on the same prompt and seed (`identical_share`, the lossless check).
@@ -40,10 +49,22 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------- acceptance
 
 
+NOT_COUNTED = "not counted by this engine"
+SGLANG_FROM_COUNTERS = (
+    "acceptance from SGLang's counters (its OpenAI responses carry no per-request "
+    "acceptance): num_accepted_tokens = Δgeneration_tokens − Δspec_verify_calls − "
+    "Δnum_requests, a request's first token coming from its prefill; a low bound where an "
+    "output stops at max_tokens inside a step")
+SGLANG_NO_POSITIONS = (f"num_draft_tokens, draft_acceptance_rate and per_position_acceptance: "
+                       f"{NOT_COUNTED} (SGLang has no per-position counter)")
+
+
 def acceptance(delta: promtext.SpecCounters | None, records: Sequence[RequestRecord],
-               family: str) -> dict:
+               family: str, warnings: list[str] | None = None, k: int | None = None) -> dict:
     """Acceptance counters and figures of a cell: engine counters (vLLM names), SGLang's
-    per-response fields, or the peer's own counts."""
+    per-response fields or its counters, or the peer's own counts. k: the drafts per step,
+    so positions no step ever accepted count as measured zeros."""
+    warnings = [] if warnings is None else warnings
     drafts = draft_tokens = accepted = None
     per_pos = None
     if family == "transformers":
@@ -54,7 +75,8 @@ def acceptance(delta: promtext.SpecCounters | None, records: Sequence[RequestRec
             drafts, draft_tokens = c["num_drafts"], c["num_draft_tokens"]
             accepted, per_pos = c["num_accepted_tokens"], c["accepted_per_pos"]
     elif family == "sglang":
-        c = sglang_counts(records)
+        details = sglang_details(records, warnings)
+        c = sglang_counts(details, k) if details else sglang_counter_counts(delta, warnings)
         if c is not None:
             drafts, draft_tokens, accepted, per_pos = c
     elif delta is not None:
@@ -67,36 +89,72 @@ def acceptance(delta: promtext.SpecCounters | None, records: Sequence[RequestRec
             "per_position_acceptance": metrics.per_position_acceptance(per_pos, drafts)}
 
 
-def sglang_counts(records: Sequence[RequestRecord]):
+def sglang_details(records: Sequence[RequestRecord], warnings: list[str]) -> list[dict] | None:
+    """Each answered request's per-response acceptance fields (`sglext.spec_tokens_details`,
+    the fields of a native response's `meta_info`), or None unless every one has them: a
+    partial sum would pass for the cell's."""
+    ok = [r for r in records if r.ok]
+    found = [((r.spec or {}).get("sglext") or {}).get("spec_tokens_details") for r in ok]
+    have = [d for d in found if d and "spec_verify_ct" in d]
+    if have and len(have) < len(ok):
+        warnings.append(f"{len(have)} of {len(ok)} SGLang responses carried per-request "
+                        "acceptance fields: they are not used")
+    return have if have and len(have) == len(ok) else None
+
+
+def sglang_counts(details: Sequence[dict], k: int | None = None):
     """Σ spec_verify_ct, Σ spec_num_proposed_drafts, Σ spec_num_correct_drafts and the
     per-position counts from spec_correct_drafts_histogram (hist[j]: steps with j correct
-    drafts, so position i was accepted in Σ_{j>i} hist[j] steps); SGLang returns them
-    under sglext.spec_tokens_details of a response's final chunk when asked."""
-    rows = [(r.spec or {}).get("sglext", {}).get("spec_tokens_details") for r in records]
-    rows = [d for d in rows if d]
-    if not rows:
-        return None
-    drafts = sum(d.get("spec_verify_ct", 0) for d in rows)
-    proposed = sum(d.get("spec_num_proposed_drafts", 0) for d in rows)
-    correct = sum(d.get("spec_num_correct_drafts", 0) for d in rows)
-    hists = [d.get("spec_correct_drafts_histogram") for d in rows]
+    drafts, so position i was accepted in Σ_{j>i} hist[j] steps; SGLang grows a histogram
+    only to the most drafts a step kept, 0.5.14 managers/schedule_batch.py:1077-1087, so k,
+    where known, sets the positions). A field missing from any response leaves its figure
+    None."""
+    def total(key: str) -> float | None:
+        values = [d.get(key) for d in details]
+        return None if any(v is None for v in values) else sum(values)
+
+    hists = [d.get("spec_correct_drafts_histogram") for d in details]
     per_pos = None
-    if all(isinstance(h, list) for h in hists):
-        k = max(len(h) for h in hists) - 1
-        per_pos = [sum(sum(h[j] for j in range(i + 1, len(h))) for h in hists)
-                   for i in range(max(k, 0))]
-    return drafts, proposed, correct, per_pos
+    if details and all(isinstance(h, list) and h for h in hists):
+        n = max(k or 0, max(len(h) for h in hists) - 1)
+        per_pos = [sum(sum(h[i + 1:]) for h in hists) for i in range(n)]
+    return (total("spec_verify_ct"), total("spec_num_proposed_drafts"),
+            total("spec_num_correct_drafts"), per_pos)
 
 
-def counters_delta(result: LoadResult, family: str, end: str,
-                   warnings: list[str]) -> promtext.SpecCounters | None:
-    """before → `end` ('after' or 'window') as a SpecCounters delta; None with a warning."""
+def sglang_counter_counts(delta: promtext.SpecCounters | None, warnings: list[str]):
+    """(verify steps, None, accepted drafts, None) from SGLang's counters, where its
+    responses carried no acceptance (SGLANG_FROM_COUNTERS); None without speculation."""
+    if delta is None or not delta.spec_verify_calls:
+        return None
+    verify, gen, finished = delta.spec_verify_calls, delta.generation_tokens, \
+        delta.requests_finished
+    if gen is None or finished is None:
+        warnings.append("SGLang's counters lack sglang:generation_tokens_total or "
+                        "sglang:num_requests_total: acceptance not measured")
+        return None
+    accepted = gen - verify - finished
+    if accepted < 0:
+        warnings.append(f"SGLang's counters moved by {gen:g} generated tokens, {verify:g} "
+                        f"verify steps and {finished:g} requests, fewer tokens than steps: "
+                        "acceptance not measured")
+        return None
+    warnings += [SGLANG_FROM_COUNTERS, SGLANG_NO_POSITIONS]
+    return verify, None, accepted, None
+
+
+def counters_delta(result: LoadResult, family: str, end: str, warnings: list[str],
+                   url: str | None = None) -> promtext.SpecCounters | None:
+    """before → `end` ('after' or 'window') as a SpecCounters delta; None with a warning
+    naming the URL and what is lost."""
     if family == "transformers":
         return None
     engine = family if family in promtext.ENGINE_FAMILY else "vllm"
     before, after = result.before, getattr(result, end)
     if before is None or after is None:
-        msg = "/metrics did not answer: acceptance and counter checks not measured"
+        where = f"{url}/metrics" if url else "/metrics"
+        msg = (f"{where} did not answer: not measured: "
+               f"{promtext.LOST_WITHOUT_METRICS[promtext.ENGINE_FAMILY[engine]]}")
         if msg not in warnings:
             warnings.append(msg)
         return None
@@ -129,12 +187,16 @@ def consistency(delta: promtext.SpecCounters | None, records: Sequence[RequestRe
 
 
 def latency_fields(records: Sequence[RequestRecord]) -> dict:
+    """TTFT and e2e percentiles and inter-token latency both ways (module docstring)."""
     ok = [r for r in records if r.ok]
     ttft = [r.ttft_s * 1000 for r in ok if r.ttft_s is not None]
     itl = [x * 1000 for r in ok for x in r.itl_s]
     e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
+    mean_s = metrics.request_mean_itl_s([(r.itl_s, r.completion_tokens) for r in ok])
     return {"ttft_p50_ms": metrics.percentile(ttft, 50), "ttft_p95_ms": metrics.percentile(ttft, 95),
-            "itl_p50_ms": metrics.percentile(itl, 50), "e2e_p50_s": metrics.percentile(e2e, 50)}
+            "itl_p50_ms": metrics.percentile(itl, 50),
+            "itl_request_mean_ms": None if mean_s is None else 1000 * mean_s,
+            "e2e_p50_s": metrics.percentile(e2e, 50)}
 
 
 def grade(records: Sequence[RequestRecord], prompts: dict[str, Prompt]) -> dict[int, dict]:
@@ -215,18 +277,20 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
     p, records = eng.profile, result.records
     ok = [r for r in records if r.ok]
     window = study.mode == "window"
-    delta = counters_delta(result, eng.family, "window" if window else "after", warnings)
-    full = counters_delta(result, eng.family, "after", warnings) if window else delta
+    url = eng.handle.url if eng.handle is not None else None
+    delta = counters_delta(result, eng.family, "window" if window else "after", warnings, url)
+    full = counters_delta(result, eng.family, "after", warnings, url) if window else delta
     output_tokens = sum(r.completion_tokens or 0 for r in ok)
     if window:  # the decode rate over the window: the engine's counter, else what arrived
         output_tokens = (int(delta.generation_tokens) if delta is not None
                          and delta.generation_tokens is not None else result.tokens_in_span())
     agg = metrics.agg_tok_s(output_tokens, result.wall_s)
     per_stream = metrics.per_stream_tok_s(agg, cell.concurrency)
-    acc = acceptance(delta, records, eng.family)
+    spec = p.speculative
+    acc = acceptance(delta, records, eng.family, warnings,
+                     spec.num_speculative_tokens if spec else None)
     # a step of autoregressive decoding yields one token: its step time needs no counters
     step_len = 1.0 if p.method == "none" else acc["acceptance_length"]
-    spec = p.speculative
     handle = eng.handle
     startup = handle.startup if handle is not None else StartupInfo()
     kv_pool = startup.kv_pool_tokens

@@ -11,26 +11,33 @@ Design:
   `specrepro.speculative`, which its server's parser is built from, so the two cannot part.
   SGLang's algorithms are vLLM's methods in SGLang's spelling (`SGLangAdapter.ALGORITHMS`).
 - `launch()` starts the command in its own process group with the profile's env, logs
-  to a file, and waits on the engine's own readiness signal (vLLM and the embedded
-  engine `GET /health`; SGLang `GET /ready`, never `/health`, which runs a generation
-  and pollutes the counters). It fails fast when the process exits, and at the
-  profile's `ready_timeout_s`, with the log's tail in the error; on any error,
-  Ctrl-C included, the group is stopped before the exception propagates. The running
-  engine is a `process.EngineHandle`.
+  to a file, and waits on the engine's own readiness signal (`ROUTES`: vLLM and the
+  embedded engine `GET /health`; SGLang 0.5.23 `GET /ready`; SGLang 0.5.14 has no
+  `/ready`, so its 404 moves the poll on to `/health_generate`, which answers 503 until
+  the warm-up generation returned). It fails fast when the process exits, naming the
+  log's first error line, and at the profile's `ready_timeout_s`, with the log's tail in
+  the error; on any error, Ctrl-C included, the group is stopped before the exception
+  propagates. The running engine is a `process.EngineHandle`.
 - CPU placement (`process.plan_placement`): given a pinned `Placement`, `launch()` starts
   the engine from a thread on the engine's CPU set (the process inherits it), adds the
   adapter's `threads_flag` set to the size of that set unless the profile sets it, and
   records on the handle the mask the process really got. `cpu_threads(profile)` tells the
   plan how many CPUs the engine computes with.
-- Startup facts come from the engine's own log lines (`parse_vllm_log`, `parse_sglang_log`):
-  the KV pool in tokens and how many requests it holds.
+- Startup facts come from the engine's own log lines, each engine's a table of `LogFact`s
+  (`VLLM_LOG`, `SGLANG_LOG`, read from the H200 captures in tests/fixtures/engines): the
+  KV pool in tokens, how many requests it holds, the attention backend and the other
+  kernels that change speed. The version comes from the engine's endpoint (`ROUTES`);
+  one that gives none is recorded as unknown, with a warning saying so.
+- Attaching (`AttachAdapter`): the engine behind a URL is found from its routes; an
+  OpenAI-compatible server that is neither vLLM, SGLang nor the embedded engine (guidellm's
+  mock server: `/health` and `/v1/models`, no `/version`, `/server_info` or `/metrics`) is
+  attached as `generic`, with warnings naming what cannot be measured on it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -39,6 +46,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from specrepro import speculative
+from specrepro.harness import promtext
 from specrepro.harness.flags import (
     FlagCheck,
     engine_cli,
@@ -49,11 +57,17 @@ from specrepro.harness.flags import (
 )
 from specrepro.harness.process import (
     EngineHandle,
+    LogFact,
     Placement,
+    Routes,
     StartupInfo,
     http_get,
     http_json,
+    parse_log,
+    poll_ready,
     port_open,
+    read_version,
+    startup_error,
     thread_affinity,
 )
 from specrepro.params import Profile
@@ -65,39 +79,67 @@ class EngineError(RuntimeError):
     """The engine failed to start, died, or did not become ready; the message has the log tail."""
 
 
+# ------------------------------------------------------------------------- routes
+
+
+ROUTES: dict[str, Routes] = {
+    # vLLM 0.26.0 and 0.33.0: /health is 200 once the engine is up; /version {"version"}
+    "vllm": Routes(("/health",), ("/version",)),
+    "embedded": Routes(("/health",), ("/version",)),
+    # SGLang 0.5.23: /ready, 200 after warm-up, no generation (its /health runs one of
+    # >= 1 s). 0.5.14 has no /ready (404): /health_generate is 503 while the server is
+    # Starting, then runs a 1-token generation with log_metrics=False, so no counter moves
+    # (0.5.14 http_server.py:561-635; its /health is the same handler). /version is 404 in
+    # both; /server_info carries "version", /get_server_info is 0.5.14's deprecated alias.
+    "sglang": Routes(("/ready", "/health_generate"), ("/server_info", "/get_server_info")),
+    # an OpenAI-compatible server that is neither (guidellm 0.8.1's mock server)
+    "generic": Routes(("/health", "/v1/models"), ()),
+}
+
 # ------------------------------------------------------------------- startup log lines
 
 
-def _int(text: str) -> int:
-    return int(text.replace(",", ""))
-
-
-VLLM_KV_RE = re.compile(r"KV cache size: ([\d,]+) tokens")
-VLLM_CONC_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-SGLANG_KV_RE = re.compile(r"max_total_num_tokens=(\d+)")
-SGLANG_RUNNING_RE = re.compile(r"max_running_requests=(\d+)")
-
-
+# vLLM 0.26.0 (paths in its wheel); 0.33.0 prints the KV lines as one line, matched alike.
+VLLM_LOG = (
+    LogFact("kv_pool_tokens", r"GPU KV cache size: ([\d,]+) tokens"),  # kv_cache_utils.py:2177
+    LogFact("max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+    LogFact("tokens_per_request", r"Maximum concurrency for ([\d,]+) tokens per request"),
+    LogFact("attention_backend",  # platforms/cuda.py:482; an explicit choice, cuda.py:422
+            r"Using (\w+) attention backend out of potential backends"),
+    LogFact("attention_backend", r"Using (?:AttentionBackendEnum\.)?(\w+) backend\."),
+    LogFact("kernels.flash_attn_version", r"Using FlashAttention version (\d+)"),  # flash_attn.py:776
+    LogFact("kernels.model_runner", r"Using (V2) Model Runner"),  # v1/worker/gpu_worker.py:378
+    LogFact("kernels.model_runner", r"using the (V1) model runner"),  # config/vllm.py:585
+    LogFact("kernels.sampler",  # v1/sample/ops/topk_topp_sampler.py:39-63
+            r"(FlashInfer top-p/top-k sampling (?:disabled|unavailable)[^.;]*)"),
+    LogFact("kernels.cuda_graphs", r"(Cudagraph is disabled under eager mode)"),  # config/vllm.py:1392
+    LogFact("kernels.cuda_graphs",  # v1/worker/gpu_model_runner.py:6845
+            r"Graph capturing finished in (\d+ secs, took [\d.]+ GiB)"),
+)
+# SGLang 0.5.14: the scheduler's capacity line (managers/scheduler.py:936) is printed after
+# any reset of max_running_requests, so the last wins; the rest is its server_args line.
+SGLANG_LOG = (
+    LogFact("kv_pool_tokens", r"max_total_num_tokens=(\d+)", last=True),
+    LogFact("max_running_requests", r"max_running_requests=(\d+), context_len", last=True),
+    LogFact("max_concurrency", r"max_running_requests=(\d+), context_len", last=True),
+    LogFact("tokens_per_request", r"max_running_requests=\d+, context_len=(\d+)", last=True),
+    LogFact("attention_backend", r"server_args=ServerArgs\(.*?, attention_backend='([\w-]+)'"),
+    LogFact("kernels.decode_attention_backend", r", decode_attention_backend='([\w-]+)'"),
+    LogFact("kernels.prefill_attention_backend", r", prefill_attention_backend='([\w-]+)'"),
+    LogFact("kernels.sampling_backend", r", sampling_backend='([\w-]+)'"),
+    LogFact("kernels.draft_attention_backend",  # speculative/dflash_worker_v2.py:195
+            r"draft runner\. attention_backend=([\w-]+)"),
+    LogFact("kernels.draft_attention_backend", r", speculative_draft_attention_backend='([\w-]+)'"),
+    LogFact("kernels.cuda_graph_decode",
+            r"cuda_graph_config=CudaGraphConfig\(decode=PhaseConfig\(backend='(\w+)'"),
+    LogFact("kernels.kv_cache_dtype", r"KV Cache is allocated\. dtype: ([\w.]+)"),  # memory_pool.py:1023
+)
 def parse_vllm_log(text: str) -> StartupInfo:
-    """`GPU KV cache size: 1,234,567 tokens` and `Maximum concurrency for 32,768 tokens per
-    request: 37.68x` (thousands separators included); the first occurrence wins."""
-    kv, conc = VLLM_KV_RE.search(text), VLLM_CONC_RE.search(text)
-    return StartupInfo(
-        kv_pool_tokens=_int(kv.group(1)) if kv else None,
-        max_concurrency=float(conc.group(2)) if conc else None,
-        tokens_per_request=_int(conc.group(1)) if conc else None,
-    )
+    return parse_log(text, VLLM_LOG)
 
 
 def parse_sglang_log(text: str) -> StartupInfo:
-    """`max_total_num_tokens=N, chunked_prefill_size=…, max_running_requests=M, …`; the
-    last occurrence wins (SGLang may reset max_running_requests, e.g. to 48 under
-    speculation, and prints the line after doing so)."""
-    kv, running = SGLANG_KV_RE.findall(text), SGLANG_RUNNING_RE.findall(text)
-    slots = int(running[-1]) if running else None
-    return StartupInfo(kv_pool_tokens=int(kv[-1]) if kv else None,
-                       max_concurrency=None if slots is None else float(slots),
-                       max_running_requests=slots)
+    return parse_log(text, SGLANG_LOG)
 
 
 # ---------------------------------------------------------------------------- adapters
@@ -107,7 +149,7 @@ class EngineAdapter:
     """What every engine adapter offers; subclasses fill in the engine's own facts."""
 
     kind: ClassVar[str]
-    ready_path: ClassVar[str] = "/health"
+    log_facts: ClassVar[tuple[LogFact, ...]] = VLLM_LOG
     threads_flag: ClassVar[str | None] = None  # the engine's CPU-threads flag, if it has one
 
     def cpu_threads(self, profile: Profile) -> int | None:
@@ -122,13 +164,22 @@ class EngineAdapter:
         """The profile's command; `{python}` stands for this interpreter."""
         return [sys.executable if part == "{python}" else part for part in profile.command or []]
 
+    @property
+    def routes(self) -> Routes:
+        return ROUTES.get(self.kind, ROUTES["generic"])
+
+    @property
+    def ready_path(self) -> str:
+        """The preferred readiness route; the runner's liveness check takes any answer,
+        a 404 included, as alive, which costs SGLang 0.5.14 no generation."""
+        return self.routes.ready[0]
+
     # -- facts read from the running engine
     def version(self, url: str) -> str | None:
-        body = http_json(f"{url}/version")
-        return None if body is None else body.get("version")
+        return read_version(url, self.routes)
 
     def parse_log(self, text: str) -> StartupInfo:
-        return parse_vllm_log(text)
+        return parse_log(text, self.log_facts)
 
     def request_extras(self, profile: Profile) -> dict:
         return {}
@@ -190,33 +241,62 @@ class EngineAdapter:
                        note=f"{placement.note}; but the engine process runs on CPUs {list(found)}")
 
     def wait_ready(self, handle: EngineHandle, timeout_s: float) -> None:
+        """Poll the readiness routes (a 404 moves on to the next, for good) until one is 200,
+        the process exits or the timeout passes."""
         deadline = time.monotonic() + timeout_s
-        pause = POLL_S[0]
+        pause, route = POLL_S[0], 0
         while True:
             if handle.process is not None and handle.process.poll() is not None:
+                tail = handle.log_tail()
+                cause = startup_error(handle.log_path.read_text(errors="replace")) \
+                    if handle.log_path is not None and handle.log_path.exists() else None
                 raise EngineError(
                     f"profile {handle.profile.name!r}: the engine exited with code "
-                    f"{handle.process.returncode} before it was ready; log {handle.log_path}, "
-                    f"last lines:\n{handle.log_tail()}")
-            if http_get(handle.url + self.ready_path, timeout=2.0)[0] == 200:
+                    f"{handle.process.returncode} before it was ready"
+                    f"{f' ({cause})' if cause else ''}; log {handle.log_path}, last lines:\n"
+                    f"{tail}")
+            status, route = poll_ready(handle.url, self.routes, route)
+            if status == 200:
                 return
             if time.monotonic() > deadline:
+                path = self.routes.ready[route]
+                absent = "".join(f"; {r} answered 404" for r in self.routes.ready[:route])
                 raise EngineError(
-                    f"profile {handle.profile.name!r}: not ready at {handle.url}{self.ready_path} "
-                    f"after {timeout_s:g} s (ready_timeout_s); log {handle.log_path}, "
-                    f"last lines:\n{handle.log_tail()}")
+                    f"profile {handle.profile.name!r}: not ready at {handle.url}{path} "
+                    f"(last status {status or 'none: nothing answers'}{absent}) after "
+                    f"{timeout_s:g} s (ready_timeout_s); log {handle.log_path}, last lines:\n"
+                    f"{handle.log_tail()}")
             time.sleep(pause)
             pause = min(pause * 1.5, POLL_S[1])
 
     def describe(self, handle: EngineHandle) -> None:
-        """Version and startup facts, and a warning where the version is not the expected one."""
+        """Version and startup facts, with a warning where the version is unknown or not the
+        expected one, or /metrics does not answer."""
         handle.version = self.version(handle.url)
         if handle.log_path is not None:
             handle.startup = self.parse_log(handle.log_path.read_text(errors="replace"))
-        expected = handle.profile.engine_version
-        if expected and handle.version and not handle.version.endswith(expected):
-            handle.warnings.append(f"profile {handle.profile.name!r} expects {self.kind} "
-                                   f"{expected}, the engine reports {handle.version}")
+        handle.warnings += facts_warnings(handle, self.kind, self.routes)
+
+
+def facts_warnings(handle: EngineHandle, family: str, routes: Routes) -> list[str]:
+    """What a running engine's routes leave unknown: its version (against the profile's
+    expected one), and the measurements a missing /metrics costs."""
+    out = []
+    name, expected = handle.profile.name, handle.profile.engine_version
+    if handle.version is None:
+        tried = ", ".join(f"{handle.url}{r}" for r in routes.version)
+        why = f"{tried} gave none" if tried else "it has no version route"
+        out.append(f"profile {name!r}: {family} version unknown ({why}); its "
+                   "cells are recorded with engine_version null"
+                   + (f", not the {expected} the profile expects" if expected else ""))
+    elif expected and not handle.version.endswith(expected):
+        out.append(f"profile {name!r} expects {family} {expected}, the engine reports "
+                   f"{handle.version}")
+    status = http_get(f"{handle.url}/metrics", timeout=10.0)[0]
+    if status != 200:
+        lost = promtext.LOST_WITHOUT_METRICS[promtext.ENGINE_FAMILY[handle.engine]]
+        out.append(f"{handle.url}/metrics answers {status or 'nothing'}: not measured: {lost}")
+    return out
 
 
 class VLLMAdapter(EngineAdapter):
@@ -347,7 +427,7 @@ class SGLangAdapter(EngineAdapter):
     kind = "sglang"
     cli = "sglang-0.5.23"
     what = "SGLang 0.5.23"
-    ready_path = "/ready"  # never /health: it runs a real generation of at least 1 s
+    log_facts = SGLANG_LOG  # readiness and version: ROUTES["sglang"]
     # vLLM method → SGLang algorithm. NEXTN is SGLang's name for MTP (an EAGLE alias).
     ALGORITHMS: ClassVar[dict[str, str]] = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "dflash": "DFLASH",
                   "draft_model": "STANDALONE", "ngram": "NGRAM", "dspark": "DSPARK"}
@@ -421,16 +501,10 @@ class SGLangAdapter(EngineAdapter):
                        f"{self.what}, found {spec.rejection_sample_method!r}")
         return argv
 
-    def version(self, url: str) -> str | None:
-        body = http_json(f"{url}/server_info")  # SGLang has no /version route
-        return None if body is None else body.get("version")
-
-    def parse_log(self, text: str) -> StartupInfo:
-        return parse_sglang_log(text)
-
     def request_extras(self, profile: Profile) -> dict:
-        # Asked for, SGLang returns per-response acceptance fields under
-        # sglext.spec_tokens_details (in the final chunk of a stream).
+        # Asked for, SGLang 0.5.23 returns per-response acceptance fields under
+        # sglext.spec_tokens_details (in the final chunk of a stream); 0.5.14 ignores the
+        # field (its SglExt has none), and cells.py falls back to its counters.
         return {"return_spec_tokens_details": True} if profile.return_spec_details else {}
 
 
@@ -439,10 +513,12 @@ class AttachAdapter(EngineAdapter):
 
     Nothing is launched or stopped. Which engine answers decides how counters are read:
     `profile.attached_engine` where the profile schema has it, else detected from the
-    routes (`/version` answers on vLLM and the embedded engine, `/server_info` on SGLang).
+    routes (`/version` answers on vLLM and the embedded engine, `/server_info` on SGLang;
+    a server with neither that answers `/health` or `/v1/models` is `generic`).
     """
 
     kind = "attach"
+    PROBES = ("/version", "/server_info", "/health", "/v1/models")  # what detect() tries
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
         return []
@@ -459,13 +535,24 @@ class AttachAdapter(EngineAdapter):
         probe = self.detect(handle.url, getattr(profile, "attached_engine", None))
         if probe is None:
             raise EngineError(f"profile {profile.name!r}: no engine answers at {handle.url} "
-                              "(tried /version and /server_info)")
+                              f"(tried {', '.join(self.PROBES)})")
+        if probe not in ROUTES:
+            raise EngineError(f"profile {profile.name!r}: attached_engine {probe!r}: expected "
+                              f"one of {sorted(ROUTES)}")
         handle.attached = probe
-        adapter = ADAPTERS[probe]
-        if http_get(handle.url + adapter.ready_path, timeout=5.0)[0] != 200:
-            raise EngineError(f"profile {profile.name!r}: {handle.url}{adapter.ready_path} "
-                              "is not 200; the engine is not ready")
-        handle.version = adapter.version(handle.url)
+        routes = ROUTES[probe]
+        status, route = poll_ready(handle.url, routes)
+        if status != 200:
+            raise EngineError(f"profile {profile.name!r}: {handle.url}{routes.ready[route]} "
+                              f"answers {status or 'nothing'}, not 200; the engine is not ready")
+        if probe == "generic":
+            handle.warnings.append(
+                f"profile {profile.name!r}: {handle.url} is an OpenAI-compatible server that is "
+                "neither vLLM, SGLang nor the embedded engine (no /version or /server_info): "
+                "attached as a generic engine; its requests are timed, its engine facts "
+                "(version, KV pool, acceptance) are unknown")
+        handle.version = read_version(handle.url, routes)
+        handle.warnings += facts_warnings(handle, probe, routes)
         return handle
 
     @staticmethod
@@ -473,9 +560,13 @@ class AttachAdapter(EngineAdapter):
         if declared is not None:
             return declared
         body = http_json(f"{url}/version")
-        if body is not None:
+        if isinstance(body, dict) and body.get("version") is not None:
             return "embedded" if "specrepro-embedded" in str(body.get("version")) else "vllm"
-        return "sglang" if http_json(f"{url}/server_info") is not None else None
+        if http_json(f"{url}/server_info") is not None:
+            return "sglang"
+        if any(http_get(f"{url}{r}")[0] == 200 for r in ROUTES["generic"].ready):
+            return "generic"
+        return None
 
     def metrics_engine(self, handle: EngineHandle) -> str:
         return handle.attached or "vllm"

@@ -10,7 +10,13 @@ Design:
   `EngineHandle.stop()` sends SIGTERM to the group, waits, then SIGKILL; handles are
   context managers and every live one is stopped at interpreter exit (atexit).
 - The harness reaches engines over HTTP only (stdlib `urllib`: a few small blocking
-  calls; the load generator has its own async client).
+  calls; the load generator has its own async client). Readiness and version go through
+  an engine's `Routes` (its table is `engines.ROUTES`): readiness routes in order of
+  preference, a 404 meaning the running version lacks one (`poll_ready`), and the routes
+  whose JSON has a "version" (`read_version`).
+- Startup facts (`StartupInfo`) are read from a log by an engine's table of `LogFact`
+  patterns (`parse_log`; the tables are in engines.py); `startup_error` finds the first
+  line naming an exception, for the error of an engine that exited before it was ready.
 - CPU placement (`plan_placement`, the study's `placement: auto | none`): on a small machine
   the load generator and the engine share cores and slow each other (measured on the 2-core
   box: a busy loop on the client's core cut the engine's single-stream tok/s from 124.6 to
@@ -33,6 +39,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -58,12 +65,67 @@ LOG_TAIL_LINES = 40
 
 @dataclass(frozen=True)
 class StartupInfo:
-    """What the engine's startup log says about its capacity."""
+    """What the engine's startup log says about its capacity and the kernels it chose
+    (the adapters' log tables in engines.py); None where the log did not say."""
 
     kv_pool_tokens: int | None = None
     max_concurrency: float | None = None  # vLLM: full-length requests the pool holds; SGLang: slots
-    tokens_per_request: int | None = None  # the length vLLM's concurrency figure refers to
+    tokens_per_request: int | None = None  # the request length the engine admits (vLLM's
+    # concurrency figure refers to it; SGLang's context_len)
     max_running_requests: int | None = None
+    attention_backend: str | None = None  # the target's: vLLM "FLASH_ATTN", SGLang "triton"
+    kernels: dict[str, str] = field(default_factory=dict)  # other choices that change speed:
+    # FlashAttention version, model runner, sampler, CUDA graphs, the drafter's backend
+
+    def record(self) -> dict[str, Any]:
+        """The facts as plain data (the manifest's engine entry)."""
+        return {"kv_pool_tokens": self.kv_pool_tokens, "max_concurrency": self.max_concurrency,
+                "tokens_per_request": self.tokens_per_request,
+                "max_running_requests": self.max_running_requests,
+                "attention_backend": self.attention_backend, "kernels": dict(self.kernels)}
+
+
+@dataclass(frozen=True)
+class LogFact:
+    """A startup fact an engine prints: the StartupInfo field it fills (`kernels.<name>`
+    for a kernel choice), the line's pattern (group 1 is the value), and whether the last
+    occurrence wins. Several facts may fill one field: the first that matches does."""
+
+    field: str
+    pattern: str
+    last: bool = False
+
+
+_CASTS = {"kv_pool_tokens": int, "tokens_per_request": int, "max_running_requests": int,
+          "max_concurrency": float}
+# The first line that names an exception: the cause, where the log tail may show only
+# its consequences ("Received sigquit from a child process").
+ERROR_LINE = re.compile(r"^(?:\(\w+ pid=\d+\)\s+)?((?:\w+\.)*\w*(?:Error|Exception): .+)$",
+                        re.MULTILINE)
+
+
+def parse_log(text: str, facts: tuple[LogFact, ...]) -> StartupInfo:
+    """The startup facts a log shows, by its engine's table; absent ones stay None."""
+    values: dict[str, object] = {}
+    kernels: dict[str, str] = {}
+    for fact in facts:
+        found = re.findall(fact.pattern, text, re.MULTILINE)
+        if not found:
+            continue
+        raw = found[-1] if fact.last else found[0]
+        if fact.field.startswith("kernels."):
+            kernels.setdefault(fact.field.split(".", 1)[1], raw)
+        elif fact.field not in values:
+            cast = _CASTS.get(fact.field)  # numbers may carry thousands separators
+            values[fact.field] = cast(raw.replace(",", "")) if cast else raw
+    return StartupInfo(**values, kernels=kernels)
+
+
+def startup_error(text: str) -> str | None:
+    """The log's first line naming an exception, e.g. SGLang 0.5.14's "ValueError: Loaded
+    weights leave no GPU memory for the KV cache under --mem-fraction-static=0.12 ..."."""
+    m = ERROR_LINE.search(text)
+    return m.group(1).strip() if m else None
 
 
 # ------------------------------------------------------------------------------ HTTP
@@ -94,6 +156,39 @@ def port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where an engine answers. `ready`: readiness routes in order of preference; one that
+    answers 404 does not exist in the running version, and the next is polled. `version`:
+    routes whose JSON carries a "version" field, tried in order."""
+
+    ready: tuple[str, ...]
+    version: tuple[str, ...]
+
+
+READY_POLL_TIMEOUT_S = 5.0  # SGLang's /health_generate sleeps 1 s before it answers 200
+
+
+def read_version(url: str, routes: Routes) -> str | None:
+    """The first "version" a version route of the engine gives; None where none does."""
+    for route in routes.version:
+        body = http_json(f"{url}{route}")
+        if isinstance(body, dict) and isinstance(body.get("version"), str):
+            return body["version"]
+    return None
+
+
+def poll_ready(url: str, routes: Routes, start: int = 0) -> tuple[int, int]:
+    """One readiness poll from route `start` on: (status, index of the route that gave it);
+    a 404 moves on to the next route (the running version lacks it)."""
+    i = start
+    while True:
+        status = http_get(url + routes.ready[i], timeout=READY_POLL_TIMEOUT_S)[0]
+        if status != 404 or i + 1 == len(routes.ready):
+            return status, i
+        i += 1
 
 
 # ---------------------------------------------------------------------- CPU placement

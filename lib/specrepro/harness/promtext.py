@@ -4,14 +4,25 @@ Design:
 - One parser for every engine: `prometheus_client.parser.text_string_to_metric_families`
   reads the exposition text; samples are looked up by their scraped name (counters
   carry `_total`) and **summed over label sets** (`model_name`, `engine`, `tp_rank`,
-  `is_streaming`, ...), so several engine cores or DP ranks add up. `vllm:
-  iteration_tokens_total` is a histogram despite its name and is not read.
+  `is_streaming`, ...), so several engine cores or DP ranks add up. vLLM writes a
+  `<name>_created` sample beside every counter (a separate gauge family holding the
+  counter's creation time, about 1.8e9): it is never looked up, since only the exact
+  `_total` names are (tests/fixtures/engines/vllm-0.26.0). `vllm:iteration_tokens_total`
+  is a histogram despite its name and is not read.
 - Each engine keeps its counters under its own names (vLLM's `vllm:*`, SGLang's `sglang:*`); the
   `NAMES` table maps them onto one `SpecCounters` record. The embedded engine uses
-  vLLM's names. SGLang has no cumulative accepted-token counter: its acceptance comes
-  from per-response fields, and its `spec_accept_*` gauges are windowed, so they are
-  not read here; `spec_verify_calls` (its count of verify steps) is.
+  vLLM's names. SGLang has no cumulative accepted-token counter and no per-position one:
+  its acceptance comes from per-response fields where it returns them, else from
+  `spec_verify_calls` (its verify steps), `generation_tokens` and `num_requests`
+  (harness/cells.py); its `spec_accept_*` gauges are windowed and not read. A server that
+  is neither engine (`generic`: attached, OpenAI-compatible) has no names here.
+- SGLang runs prometheus_client in multiprocess mode, where a labelled counter has no
+  sample until it is first incremented: 0.5.14 with the radix cache off never shows
+  `sglang:cached_tokens_total` (metrics_collector.py:1507), nor `spec_verify_calls_total`
+  without speculation. So for SGLang (`COUNTERS_APPEAR_ON_FIRST_USE`) a counter missing
+  from the first scrape and present in the second counted from zero.
 - A metric the text lacks gives `None`, never 0: the runner warns and goes on.
+  `LOST_WITHOUT_METRICS` says, per engine, what a missing `/metrics` costs.
 - `delta(before, after)` subtracts counters and keeps the later gauges; a counter that
   went down means the engine restarted between the scrapes, which is an error.
 """
@@ -46,14 +57,29 @@ NAMES: dict[str, dict[str, str]] = {
         "spec_verify_calls": "sglang:spec_verify_calls_total",
         "generation_tokens": "sglang:generation_tokens_total",
         "prompt_tokens": "sglang:prompt_tokens_total",
-        "prompt_tokens_cached": "sglang:cached_tokens_total",
+        "prompt_tokens_cached": "sglang:cached_tokens_total",  # label cache_source; lazy
+        "num_requests": "sglang:num_requests_total",  # finished requests
         "requests_running": "sglang:num_running_reqs",
         "requests_waiting": "sglang:num_queue_reqs",
         "kv_usage": "sglang:token_usage",
         "kv_pool_tokens": "sglang:max_total_num_tokens",
     },
+    "generic": {},  # an OpenAI-compatible server of unknown make: no counters known
 }
-ENGINE_FAMILY = {"vllm": "vllm", "embedded": "vllm", "sglang": "sglang"}
+ENGINE_FAMILY = {"vllm": "vllm", "embedded": "vllm", "sglang": "sglang", "generic": "generic"}
+COUNTERS_APPEAR_ON_FIRST_USE = {"sglang"}  # multiprocess prometheus_client (module docstring)
+
+# What a cell loses when /metrics does not answer, per family (the warning's text).
+LOST_WITHOUT_METRICS = {
+    "vllm": "acceptance (num_drafts, num_draft_tokens, num_accepted_tokens, acceptance_length, "
+            "draft_acceptance_rate, per_position_acceptance, step_ms), the counter check "
+            "(counters_consistent) and the KV pool where the startup log lacks it",
+    "sglang": "acceptance where the responses carry none (SGLang 0.5.14's never do), the "
+              "counter check (counters_consistent) and the KV pool where the startup log "
+              "lacks it",
+    "generic": "the counter check (counters_consistent); this server's acceptance is not "
+               "known in any case",
+}
 
 # Point-in-time values: a delta keeps the later scrape's value.
 GAUGES = ("requests_running", "requests_waiting", "kv_usage", "kv_pool_tokens")
@@ -78,6 +104,7 @@ class SpecCounters:
     requests_waiting: float | None = None
     kv_usage: float | None = None  # fraction of the KV pool in use, 1 = full
     kv_pool_tokens: float | None = None
+    num_requests: float | None = None  # SGLang: finished requests (vLLM: request_success)
 
     def missing(self) -> list[str]:
         """Fields this engine's family should expose but the scrape lacked."""
@@ -86,6 +113,8 @@ class SpecCounters:
 
     @property
     def requests_finished(self) -> float | None:
+        if self.num_requests is not None:
+            return self.num_requests
         return None if self.request_success is None else sum(self.request_success.values())
 
 
@@ -173,10 +202,13 @@ def delta(before: SpecCounters, after: SpecCounters) -> SpecCounters:
         raise ValueError(f"expected two scrapes of one engine, found {before.engine!r} and "
                          f"{after.engine!r}")
     values: dict[str, object] = {}
+    lazy = ENGINE_FAMILY[after.engine] in COUNTERS_APPEAR_ON_FIRST_USE
     for f in dataclasses.fields(SpecCounters):
         name, old, new = f.name, getattr(before, f.name), getattr(after, f.name)
         if name == "engine":
             continue
+        if lazy and old is None and isinstance(new, float) and name not in GAUGES:
+            old = 0.0  # first incremented between the scrapes (module docstring)
         if name in GAUGES:
             values[name] = new
         elif name == "accepted_per_pos":
