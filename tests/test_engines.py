@@ -147,6 +147,30 @@ def test_bad_flag_fails_naming_profile_and_flag(tmp_path):
     assert "--gpu-memory-utilization" in text  # the suggestion
 
 
+def test_flags_are_checked_against_the_profiles_engine_version(tmp_path):
+    # --per-request-spec-decode-metrics is in vLLM 0.33.0's list, not in 0.26.0's
+    flags = {"per-request-spec-decode-metrics": True}
+    profile, path = make_profile(tmp_path, engine_version="0.33.0", flags=flags)
+    assert "--per-request-spec-decode-metrics" in render_argv(profile, path)
+    profile, path = make_profile(tmp_path, engine_version="0.26.0", flags=flags)
+    with pytest.raises(ParamsError, match="vLLM 0.26.0"):
+        render_argv(profile, path)
+    # SGLang 0.5.14 has no --speculative-use-block-verification
+    sg = {"engine": "sglang", "command": ["python", "-m", "sglang.launch_server"],
+          "return_spec_details": True,
+          "speculative": {"method": "dflash", "num_speculative_tokens": 7,
+                          "rejection_sample_method": "block"},
+          "drafter": {"id": "z-lab/drafter"}}
+    profile, path = make_profile(tmp_path, engine_version="0.5.23", **sg)
+    assert "--speculative-use-block-verification" in render_argv(profile, path)
+    profile, path = make_profile(tmp_path, engine_version="0.5.14", **sg)
+    with pytest.raises(ParamsError, match="SGLang 0.5.14"):
+        render_argv(profile, path)
+    # a version no list was generated for is checked against the adapter's default
+    profile, path = make_profile(tmp_path, engine_version="0.28.0", flags=flags)
+    assert "--per-request-spec-decode-metrics" in render_argv(profile, path)
+
+
 def test_bad_choice_and_reserved_flag_fail(tmp_path):
     profile, path = make_profile(
         tmp_path, engine="sglang", command=["python", "-m", "sglang.launch_server"],

@@ -79,6 +79,9 @@ def test_request_bodies_follow_each_engine():
     assert path == "/v1/completions" and body["max_tokens"] == 24  # never the default 16
     assert body["stop"] == ["Question:"] and body["ignore_eos"] is True
     assert "return_token_ids" not in body and body["return_spec_tokens_details"] is True
+    # a server that is neither engine gets the standard OpenAI fields only
+    path, body = request_body(TEXT, LoadConfig(url="http://x", model="m", engine="generic"), 1)
+    assert body["stream_options"] == {"include_usage": True} and "return_token_ids" not in body
 
 
 def test_request_seeds_are_deterministic_and_distinct():

@@ -50,6 +50,7 @@ from specrepro.harness import promtext
 from specrepro.harness.flags import (
     FlagCheck,
     engine_cli,
+    engine_cli_versions,
     flag_name,
     model_flags,
     profile_file,
@@ -151,6 +152,16 @@ class EngineAdapter:
     kind: ClassVar[str]
     log_facts: ClassVar[tuple[LogFact, ...]] = VLLM_LOG
     threads_flag: ClassVar[str | None] = None  # the engine's CPU-threads flag, if it has one
+
+    def flag_list(self, profile: Profile) -> tuple[dict, str]:
+        """The generated flag list the profile's argv is checked against, and its name: the
+        profile's `engine_version` where a list was generated for it (vLLM 0.26.0, SGLang
+        0.5.14), else the adapter's default (`cli`); article profiles name versions
+        (0.27.1, 0.32.0) no wheel was read for."""
+        version = profile.engine_version
+        if version and version in engine_cli_versions(self.kind):
+            return engine_cli(f"{self.kind}-{version}"), f"{self.what.split()[0]} {version}"
+        return engine_cli(self.cli), self.what
 
     def cpu_threads(self, profile: Profile) -> int | None:
         """The CPU threads the engine computes with (None: as many CPUs as it is given)."""
@@ -300,7 +311,8 @@ def facts_warnings(handle: EngineHandle, family: str, routes: Routes) -> list[st
 
 
 class VLLMAdapter(EngineAdapter):
-    """`vllm serve MODEL …`, flags checked against vLLM 0.33.0's generated list."""
+    """`vllm serve MODEL …`, flags checked against the generated list of the profile's
+    engine_version (vLLM 0.26.0 or 0.33.0; 0.33.0 where no list was generated)."""
 
     kind = "vllm"
     cli = "vllm-0.33.0"
@@ -314,8 +326,8 @@ class VLLMAdapter(EngineAdapter):
     drafter_methods = ("dflash", "draft_model", "eagle", "eagle3", "dspark")
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
-        accepted = engine_cli(self.cli)
-        check = FlagCheck(profile_file(profile, source), self.what)
+        accepted, what = self.flag_list(profile)
+        check = FlagCheck(profile_file(profile, source), what)
         argv = [*self.command(profile), profile.model.id]
         argv += self.model_flags(profile)
         if profile.speculative is not None:
@@ -422,7 +434,8 @@ class EmbeddedAdapter(VLLMAdapter):
 
 
 class SGLangAdapter(EngineAdapter):
-    """`python -m sglang.launch_server --model-path MODEL …`, checked against SGLang 0.5.23."""
+    """`python -m sglang.launch_server --model-path MODEL …`, checked against the generated
+    list of the profile's engine_version (SGLang 0.5.14 or 0.5.23; 0.5.23 otherwise)."""
 
     kind = "sglang"
     cli = "sglang-0.5.23"
@@ -445,8 +458,8 @@ class SGLangAdapter(EngineAdapter):
                 **{f: "speculative" for f in SPEC_FLAGS}}
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
-        accepted = engine_cli(self.cli)
-        check = FlagCheck(profile_file(profile, source), self.what)
+        accepted, what = self.flag_list(profile)
+        check = FlagCheck(profile_file(profile, source), what)
         argv = [*self.command(profile), "--model-path", profile.model.id]
         argv += model_flags(profile, "--tp-size", "--dp-size")
         if profile.speculative is not None:
@@ -456,7 +469,7 @@ class SGLangAdapter(EngineAdapter):
         for i, part in enumerate(argv):  # the derived flags must exist in this version too
             if i >= len(self.command(profile)) and part.startswith("--") \
                     and part not in accepted["flags"]:
-                check.fail("speculative", f"expected flags {self.what} accepts, the adapter "
+                check.fail("speculative", f"expected flags {check.what} accepts, the adapter "
                                           f"rendered {part!r}")
         check.raise_if_any()
         return argv
@@ -467,13 +480,13 @@ class SGLangAdapter(EngineAdapter):
         spec = profile.speculative
         algorithm = self.ALGORITHMS.get(spec.method)
         if algorithm is None or algorithm not in accepted["speculative_algorithms"]:
-            check.fail("speculative.method", f"expected a method {self.what} has an algorithm "
+            check.fail("speculative.method", f"expected a method {check.what} has an algorithm "
                                              f"for ({sorted(self.ALGORITHMS)}), found {spec.method!r}")
             return []
         for key in ("num_speculative_tokens_per_batch_size", "prompt_lookup_min",
                     "prompt_lookup_max", "draft_sample_method"):
             if getattr(spec, key) is not None:
-                check.fail(f"speculative.{key}", f"expected none ({self.what} has no equivalent), "
+                check.fail(f"speculative.{key}", f"expected none ({check.what} has no equivalent), "
                                                  f"found {getattr(spec, key)!r}")
         k = spec.num_speculative_tokens
         argv = ["--speculative-algorithm", algorithm]
@@ -498,7 +511,7 @@ class SGLangAdapter(EngineAdapter):
             argv.append("--speculative-use-block-verification")
         elif spec.rejection_sample_method not in (None, "standard"):
             check.fail("speculative.rejection_sample_method", f"expected standard or block on "
-                       f"{self.what}, found {spec.rejection_sample_method!r}")
+                       f"{check.what}, found {spec.rejection_sample_method!r}")
         return argv
 
     def request_extras(self, profile: Profile) -> dict:

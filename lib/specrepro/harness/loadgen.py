@@ -45,6 +45,8 @@ ENGINE_FEATURES: dict[str, dict[str, bool]] = {
     "vllm": {"continuous_usage_stats": True, "return_token_ids": True},
     "embedded": {"continuous_usage_stats": True, "return_token_ids": True},
     "sglang": {"continuous_usage_stats": True, "return_token_ids": False},
+    # an OpenAI-compatible server that is neither engine: only the standard request fields
+    "generic": {"continuous_usage_stats": False, "return_token_ids": False},
 }
 
 
