@@ -90,7 +90,7 @@ def bill_chart(f: Finding, claims: Claims) -> fc.plt.Figure:
             if label in names:
                 fc.article_marker(axes[1], names.index(label),
                                   metrics.relative_change_pct(row["value"], pub_ref[0]))
-    a_pub = article_a_kv_change()
+    a_pub = article_a_kv_change(claims)
     if a_pub is not None:
         axes[1].axhline(a_pub, color="black", linestyle=":",
                         label=f"article A: block drafter against MTP, {a_pub:+.0f}%")
@@ -116,10 +116,12 @@ def bill_chart(f: Finding, claims: Claims) -> fc.plt.Figure:
     return fig
 
 
-def article_a_kv_change() -> float | None:
-    """Article A's KV pool change, block drafter (5 drafts) against MTP (%)."""
+def article_a_kv_change(claims: Claims) -> float | None:
+    """Article A's KV pool change, block drafter (5 drafts) against MTP (%): the published
+    arms claims.yaml maps to article A's pair (`dflash-k5`, `mtp-k3`)."""
+    block, mtp = claims.arms.get("dflash-k5"), claims.arms.get("mtp-k3")
     pub = load_published("A").filter(pl.col("metric") == "kv_pool_tokens")
     vals = {r["arm"]: r["value"] for r in pub.to_dicts()}
-    if "dflash2_k5_0280" in vals and "mtp3_0280" in vals:
-        return metrics.relative_change_pct(vals["dflash2_k5_0280"], vals["mtp3_0280"])
+    if block in vals and mtp in vals:
+        return metrics.relative_change_pct(vals[block], vals[mtp])
     return None

@@ -42,23 +42,10 @@ KINDS = ("compare", "spread", "straddle", "gate")
 DIRECTIONS = ("higher", "lower", "same")
 LEVELS = ("lowest", "highest", "any")
 
-# The measured metrics a rule may name: cells column, how a measured value is scaled into
-# the article's unit, the unit, and the words a reader sees.
-METRICS: dict[str, dict[str, Any]] = {
-    "agg_tok_s": {"column": "agg_tok_s", "scale": 1.0, "unit": "tok/s",
-                  "words": "aggregate decode throughput"},
-    "acceptance_length": {"column": "acceptance_length", "scale": 1.0, "unit": "tokens/step",
-                          "words": "tokens per step"},
-    "draft_acceptance_rate": {"column": "draft_acceptance_rate", "scale": 100.0, "unit": "%",
-                              "words": "draft acceptance rate"},
-    "step_ms": {"column": "step_ms", "scale": 1.0, "unit": "ms", "words": "step time"},
-    "kv_pool_tokens": {"column": "kv_pool_tokens", "scale": 1.0, "unit": "tokens",
-                       "words": "KV pool"},
-    "tokens_per_joule": {"column": "tokens_per_joule", "scale": 1.0, "unit": "tok/J",
-                         "words": "tokens per joule"},
-    "peak_mem_mib": {"column": "peak_mem_mib", "scale": 1.0, "unit": "MiB",
-                     "words": "peak memory"},
-}
+# The measured metrics a rule may name (each a column of the cells table, in the article's
+# metric name); their words, units and scale are analysis/tables.py's NAMES.
+METRICS = ("agg_tok_s", "acceptance_length", "draft_acceptance_rate", "step_ms",
+           "kv_pool_tokens", "tokens_per_joule", "peak_mem_mib")
 
 
 class RuleError(ValueError):
@@ -226,7 +213,7 @@ def parse_check(raw: Any, nb: str, i: int, known_arms: set[str], known_gates: se
         return Rule(**rule_kw)
     metric = raw.get("metric")
     if metric not in METRICS:
-        raise RuleError(f"{where}.metric: expected one of {sorted(METRICS)}, found {metric!r}")
+        raise RuleError(f"{where}.metric: expected one of {list(METRICS)}, found {metric!r}")
     a = _side(raw.get("a"), nb, i, "a")
     b = _side(raw.get("b"), nb, i, "b", inherit=a) if "b" in raw else None
     if b is None:

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from specrepro import metrics
+from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.gates import evaluate_gate
-from specrepro.analysis.rules import METRICS, OUTCOMES, SYMBOLS, Rule, Side
+from specrepro.analysis.rules import OUTCOMES, SYMBOLS, Rule, Side
 from specrepro.published import load_gates, load_published
 
 STATS = ("value", "mean", "approx")
@@ -171,10 +172,10 @@ def _measure(f: Finding, side: Side, other: Side | None, metric: str) -> _Measur
     level = _level(side.concurrency, at["levels"], side.arm)
     if level is not None:
         part = part.filter(pl.col("concurrency") == level)
-    spec = METRICS[metric]
-    vals = [float(v) * spec["scale"] for v in part[spec["column"]].drop_nulls().to_list()]
+    words, _, factor = tables.NAMES[metric]
+    vals = [float(v) * factor for v in part[metric].drop_nulls().to_list()]
     if not vals:
-        raise _Untestable(f"{spec['words']} of {side.arm!r} was not measured on this run")
+        raise _Untestable(f"{words} of {side.arm!r} was not measured on this run")
     return _Measured(vals, at["workload"], level, at["temperature"])
 
 
@@ -239,7 +240,7 @@ def _article_pair(claims: Claims, rule: Rule, ma: _Measured, mb: _Measured
         level = levels[0] if level == "lowest" else levels[-1]
     pa, pb = pa.filter(pl.col("concurrency") == level), pb.filter(pl.col("concurrency") == level)
     if not pa.height or not pb.height:
-        raise _Untestable(f"the article prints no {METRICS[rule.metric]['words']} of both "
+        raise _Untestable(f"the article prints no {tables.NAMES[rule.metric][0]} of both "
                           f"arms at {rule.a.concurrency} streams")
     ra, rb = _choose(pa, claims), _choose(pb, claims)
     return ra["value"], rb["value"], level, (ra["temperature"], rb["temperature"])
@@ -256,7 +257,7 @@ def _article_single(claims: Claims, side: Side, metric: str, m: _Measured) -> fl
     if level != "any":
         rows = rows.filter(pl.col("concurrency") == level)
     if not rows.height:
-        raise _Untestable(f"the article prints no {METRICS[metric]['words']} of "
+        raise _Untestable(f"the article prints no {tables.NAMES[metric][0]} of "
                           f"{_article_arm(claims, side)!r} there")
     return _choose(rows, claims)["value"]
 
@@ -300,7 +301,7 @@ def _ties(ma: _Measured, mb: _Measured) -> bool | None:
 
 
 def _compare(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
-    unit = METRICS[rule.metric]["unit"]
+    unit = tables.NAMES[rule.metric][1]
     ma = _measure(f, rule.a, rule.b, rule.metric)
     mb = _measure(f, rule.b, rule.a, rule.metric)
     change = metrics.relative_change_pct(ma.mean, mb.mean)
@@ -388,7 +389,7 @@ def _spread(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
 
 
 def _straddle(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
-    unit = METRICS[rule.metric]["unit"]
+    unit = tables.NAMES[rule.metric][1]
     ma = _measure(f, rule.a, rule.b, rule.metric)
     mb = _measure(f, rule.b, rule.a, rule.metric)
     res = CheckResult(rule.claim, "does not hold", rule=rule.text(),
@@ -460,14 +461,14 @@ def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
         res.measured = (f"{right} of {n} ({value:.0%}) against {g['threshold']:g} of {denom} "
                         f"({g['threshold'] / denom:.0%})")
     else:
-        spec = METRICS[g["metric"]]
+        words, unit, _ = tables.NAMES[g["metric"]]
         part = _arm_cells(f, arm)
-        vals = part[spec["column"]].drop_nulls()
+        vals = part[g["metric"]].drop_nulls()
         if not vals.len():
-            raise _Untestable(f"{spec['words']} was not measured")
+            raise _Untestable(f"{words} was not measured")
         value = float(vals.max())
         passes = _OPS[g["op"]](value, g["threshold"])
-        res.measured = f"{_num(value, spec['unit'])} at most over the arm's cells"
+        res.measured = f"{_num(value, unit)} at most over the arm's cells"
     res.outcome = "holds" if passes else "does not hold"
     return res
 
