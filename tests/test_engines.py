@@ -587,3 +587,15 @@ def test_attach_generic_openai_server(fake, tmp_path):
         assert handle.counters().missing() == []  # no names are expected of it
     finally:
         served.stop()
+
+
+def test_sglang_ngram_verifies_k_plus_one_tokens():
+    # without --speculative-num-draft-tokens SGLang's NGRAM verifies its default 12 whatever
+    # the profile's K: the three ngram-trie profiles would be one measurement three times
+    argvs = {}
+    for k in (3, 5, 7):
+        path = ROOT / "params" / "profiles" / f"sglang-0.5.14-ngram-trie-k{k}.yaml"
+        argv = render_argv(load_profile(path), path)
+        argvs[k] = argv[argv.index("--speculative-num-draft-tokens") + 1]
+        assert argv[argv.index("--speculative-algorithm") + 1] == "NGRAM"
+    assert argvs == {3: "4", 5: "6", 7: "8"}

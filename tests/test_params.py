@@ -404,3 +404,103 @@ def test_workload_stop_is_left_out_of_the_identity_when_unset():
     unset = Workload(name="humaneval", n=2).model_dump(mode="json")
     assert "stop" not in unset
     assert Workload(name="humaneval", n=2, stop=[]).model_dump(mode="json")["stop"] == []
+
+
+# ------------------------------------------------- the real engines on the H200
+
+ENGINE_PROFILES = {"vllm": ("vllm-0.26-", "0.26.0"), "sglang": ("sglang-0.5.14-", "0.5.14")}
+H200_PROFILES = [p for prefix, _ in ENGINE_PROFILES.values()
+                 for p in sorted(PARAMS.glob(f"profiles/{prefix}*.yaml"))]
+# What changes the numbers, stated in every profile rather than left to the engine's default
+# (docs/engines.md, "The H200 profiles"): precision, context, memory, request slots, the
+# batch or prefill budget, CUDA graphs, the seed; prefix caching and the bundle's facts below.
+STATED = {"vllm": ("dtype", "max-model-len", "gpu-memory-utilization", "max-num-seqs",
+                   "max-num-batched-tokens", "compilation-config", "kv-cache-dtype", "seed"),
+          "sglang": ("dtype", "context-length", "mem-fraction-static", "max-running-requests",
+                     "chunked-prefill-size", "cuda-graph-backend-decode",
+                     "cuda-graph-max-bs-decode", "random-seed")}
+DRAFTERS = {"eagle": "build/engine-drafters/{engine}/mtp",
+            "dflash": "build/engine-drafters/{engine}/dflash",
+            "draft_model": "models/embedded/draft_model", "ngram": None}
+
+
+@pytest.mark.parametrize("path", H200_PROFILES, ids=lambda p: p.stem)
+def test_h200_engine_profiles_state_what_changes_the_numbers(path: Path):
+    p = params.load_profile(path)
+    prefix, version = ENGINE_PROFILES[p.engine]
+    assert p.name.startswith(prefix) and p.engine_version == version
+    assert p.model.id == "models/embedded" and p.hardware.gpu == "NVIDIA H200"
+    assert [f for f in STATED[p.engine] if f not in p.flags] == []
+    # the machine's facts: the bundle's environment script, its sampler and attention
+    assert f"/var/tmp/specrepro-gpu/{p.engine}/site/env.sh" in p.command[2]
+    if p.engine == "vllm":
+        assert p.flags["enable-prefix-caching"] is False
+        assert p.flags["compilation-config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+        assert p.env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    else:
+        assert p.flags["disable-radix-cache"] is True
+        assert p.flags["cuda-graph-backend-decode"] == "full"
+        assert p.flags["cuda-graph-max-bs-decode"] == p.flags["max-running-requests"]
+        assert (p.flags["attention-backend"], p.flags["sampling-backend"]) == ("triton", "pytorch")
+    spec = p.speculative
+    if spec is None:
+        assert p.drafter is None and p.name.endswith("-none")
+        return
+    assert spec.rejection_sample_method == "standard"
+    # vLLM drafts greedily unless told; SGLang has no such key (its adapter refuses it)
+    assert spec.draft_sample_method == ("greedy" if p.engine == "vllm" else None)
+    want = DRAFTERS[spec.method]
+    assert (p.drafter.id if p.drafter else None) == (want and want.format(engine=p.engine))
+    if p.name.endswith("-schedule"):
+        assert spec.num_speculative_tokens_per_batch_size == [[1, 12, 7], [13, 32, 3]]
+        assert spec.draft_tokens_at(p.flags["max-num-seqs"]) == 3
+    else:  # the draft count the name says
+        assert p.name.endswith(f"-k{spec.num_speculative_tokens}")
+        assert spec.num_speculative_tokens_per_batch_size is None
+    if p.engine == "sglang" and spec.method == "ngram":  # SGLang's own NGRAM, named as such
+        assert "-ngram-trie-" in p.name and p.flags["speculative-ngram-match-type"] == "BFS"
+
+
+def test_h200_engine_profiles_cover_every_method_and_draft_count():
+    have = {}
+    for path in H200_PROFILES:
+        p = params.load_profile(path)
+        key = (p.engine, p.method, "schedule" if p.name.endswith("-schedule") else
+               p.speculative.num_speculative_tokens if p.speculative else None)
+        assert key not in have, f"{path.name} repeats {have.get(key)}"
+        have[key] = path.name
+    want = {(e, "none", None) for e in ENGINE_PROFILES} | {
+        (e, method, k) for e in ENGINE_PROFILES
+        for method, ks in (("eagle", [3]), ("dflash", [3, 4, 5, 7, 9]),
+                           ("draft_model", [3, 5, 7]), ("ngram", [3, 5, 7]))
+        for k in ks} | {("vllm", "dflash", "schedule")}
+    assert set(have) == want
+
+
+def test_the_h200_engines_suite_is_notebook_01_on_vllm_026():
+    suite = params.load_suite(PARAMS / "h200-engines.yaml")
+    assert suite.results_path == (ROOT / "results" / "h200-engines").resolve()
+    (nb, st), = params.resolve_all(suite).items()
+    assert nb == "01_drafter_block_sweep" and st.baseline == "mtp-k3"
+    assert {a.name: a.resolved.name for a in st.arms} == {
+        "mtp-k3": "vllm-0.26-eagle-k3", "dflash-k4": "vllm-0.26-dflash-k4",
+        "dflash-k5": "vllm-0.26-dflash-k5", "dflash-k7": "vllm-0.26-dflash-k7"}
+    assert st.concurrency == [1, 8] and [s.temperature for s in st.sampling] == [0.0]
+    assert [(w.name, w.n) for w in st.workloads] == [("humaneval", 32)]
+    assert sum(1 for _ in st.cells()) == 4 * 2 * st.repeats
+
+
+def test_the_h200_engines_results_are_not_git_ignored():
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+
+    def ignored(path: str) -> bool:  # git check-ignore: 0 ignored, 1 not
+        return subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT,
+                              check=False).returncode == 0
+
+    assert not ignored("results/h200-engines/01_drafter_block_sweep/h200-engines/manifest.json")
+    assert not ignored("results/default/01_drafter_block_sweep/default/manifest.json")
+    assert ignored("results/h200-embedded/01_drafter_block_sweep/h200-embedded/manifest.json")

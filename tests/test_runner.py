@@ -1,5 +1,6 @@
 """The runner on the embedded server: a whole small sweep, resume, window mode, missing
-/metrics, bad params files, the engine dying mid-cell, and Ctrl-C."""
+/metrics, bad params files, the engine dying mid-cell, Ctrl-C, a deadline (between cells and
+during one), the archive rewritten after each cell and a resume from it, bad flag values."""
 
 from __future__ import annotations
 
@@ -453,6 +454,149 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(
         assert (summary.ok, summary.skipped) == (1, 1) and store.load_cells().height == 2
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ------------------------------------------------------------- deadline and archive
+
+
+def test_no_cell_starts_when_the_declared_bound_does_not_fit(params_dir, tmp_path):
+    from specrepro.harness.runner import EX_TEMPFAIL, Deadline
+
+    # nothing listens there: the run must stop before it even reaches for the engine
+    attach_profile(params_dir, "served", f"http://127.0.0.1:{free_port()}", "m")
+    path = study(params_dir, [{"name": "base", "profile": "served"}], concurrency=[1, 2])
+    summary, store = run(path, tmp_path, deadline=Deadline.after(60, cell_bound_s=120))
+    assert (summary.ok, summary.stopped, summary.left, summary.errors) == (0, "deadline", 2, [])
+    assert summary.exit_code == EX_TEMPFAIL
+    session = store.manifest()["sessions"][-1]
+    assert session["status"] == "deadline" and session["engines"] == []
+    assert session["deadline"]["given"] == "--deadline-s 60"
+    assert session["deadline"]["cell_bound_s"] == 120
+    assert session["summary"]["left"] == 2
+
+
+def test_a_deadline_stops_the_study_before_a_cell_that_would_not_end_in_time(
+        embedded_server, params_dir, tmp_path, monkeypatch):
+    from specrepro.harness import runner
+
+    attach_profile(params_dir, "served", embedded_server, served_model(embedded_server))
+    path = study(params_dir, [{"name": "base", "profile": "served"}], concurrency=[1, 2, 4])
+    deadline = runner.Deadline.after(3600)
+    real_run_cell = runner.run_cell
+
+    def then_half_a_cell_left(ctx, *args):
+        started = time.monotonic()
+        status = real_run_cell(ctx, *args)
+        # the deadline is still ahead, but by less than the cell just measured took
+        deadline.at = time.monotonic() + (time.monotonic() - started) / 2
+        return status
+
+    monkeypatch.setattr(runner, "run_cell", then_half_a_cell_left)
+    summary, store = run(path, tmp_path, deadline=deadline)
+    assert (summary.ok, summary.interrupted, summary.stopped, summary.left) == (1, 0, "deadline", 2)
+    assert not deadline.fired  # it ended between cells, before the deadline came
+    assert store.load_attempts()["status"].to_list() == ["ok"]
+    assert summary.exit_code == runner.EX_TEMPFAIL
+    assert store.manifest()["sessions"][-1]["status"] == "deadline"
+
+
+def test_the_cell_in_flight_at_the_deadline_is_stored_interrupted_and_a_rerun_resumes(
+        tiny_checkpoint, params_dir, tmp_path):
+    from specrepro.harness.runner import EX_TEMPFAIL, Deadline
+
+    path, port = fault_study(params_dir, tiny_checkpoint)  # the runner launches the engine
+    root = tmp_path / "results" / "tiny_sweep" / "standalone"
+    deadline = Deadline.after(3600)
+    watcher = when_second_cell_streams(  # the deadline comes while the second cell streams
+        root, f"http://127.0.0.1:{port}", lambda: setattr(deadline, "at", time.monotonic() + 0.2))
+    summary, store = run(path, tmp_path, deadline=deadline)
+    watcher.join(5)
+    assert deadline.fired, f"watcher saw (time, status, running, generated) {watcher.seen[-20:]}"
+    assert (summary.ok, summary.interrupted, summary.stopped, summary.left) == (
+        1, 1, "deadline", 1)
+    assert summary.exit_code == EX_TEMPFAIL  # not Ctrl-C's 130: nobody pressed it
+    cut = store.load_attempts().filter(pl.col("status") == "interrupted").row(0, named=True)
+    assert cut["error"] == "stopped at the deadline (--deadline-s 3600) during the cell"
+    assert cut["concurrency"] == 2
+    assert store.manifest()["sessions"][-1]["status"] == "deadline"
+    assert not process.port_open("127.0.0.1", port)  # the engine was stopped
+    summary, store = run(path, tmp_path)  # the next run measures only the interrupted cell
+    assert (summary.ok, summary.skipped, summary.stopped) == (1, 1, None)
+    assert store.load_cells()["cell_id"].n_unique() == 2
+    assert sorted(store.load_attempts()["status"].to_list()) == ["interrupted", "ok", "ok"]
+
+
+def test_the_archive_is_whole_after_each_cell_and_a_resume_from_it_measures_the_rest(
+        embedded_server, params_dir, tmp_path, monkeypatch, capsys):
+    import tarfile
+
+    from specrepro.harness import runner
+
+    attach_profile(params_dir, "served", embedded_server, served_model(embedded_server))
+    path = study(params_dir, [{"name": "base", "profile": "served"}], concurrency=[1, 2, 4])
+    out = tmp_path / "out"
+    out.mkdir()
+    snapshots: list[bytes] = []
+    real_write = runner.Archive.write
+
+    def keep_each(self):
+        real_write(self)
+        snapshots.append(self.path.read_bytes())
+
+    monkeypatch.setattr(runner.Archive, "write", keep_each)
+    assert main([str(path), "--no-progress", "--deadline-s", "3600",
+                 "--archive", str(out / "run.tar.gz")]) == 0
+
+    def unpack(data: bytes, into: Path) -> Path:
+        into.mkdir(parents=True)
+        (into / "a.tar.gz").write_bytes(data)
+        with tarfile.open(into / "a.tar.gz") as tar:  # a whole gzip tar, or this raises
+            names = tar.getnames()
+            assert names and all(n.startswith("tiny_sweep/standalone") for n in names)
+            assert not any(Path(n).name.startswith(".") for n in names)  # no temp files
+            assert "tiny_sweep/standalone/manifest.json" in names
+            tar.extractall(into / "results", filter="data")
+        return into / "results"
+
+    # begun, engine attached, one per cell, ended (merged into one file per table)
+    stored = [load_attempts(unpack(s, tmp_path / f"snap{i}")).height
+              for i, s in enumerate(snapshots)]
+    assert stored == [0, 0, 1, 2, 3, 3]
+    assert list(out.iterdir()) == [out / "run.tar.gz"]  # the temporary files renamed away
+    # a command killed during the second cell left the archive of the first: a new machine
+    # unpacks it and resumes, measuring only the two cells it lacks
+    elsewhere = unpack(snapshots[2], tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main([str(path), "--no-progress", "--results-dir", str(elsewhere)]) == 0
+    assert "2 ok, 0 failed, 1 already done" in capsys.readouterr().out
+    attempts = load_attempts(elsewhere)
+    assert attempts.height == 3 and attempts["cell_id"].n_unique() == 3  # no duplicate
+    assert attempts["attempt"].to_list() == [1, 1, 1]
+    sessions = json.loads((elsewhere / "tiny_sweep/standalone/manifest.json").read_text())
+    assert [s["status"] for s in sessions["sessions"]] == ["running", "ok"]  # killed, resumed
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--deadline-s", "soon"], "argument --deadline-s: expected a positive number"),
+    (["--deadline-s", "-5"], "argument --deadline-s: expected a positive number"),
+    (["--deadline-s", "0"], "argument --deadline-s: expected a positive number"),
+    (["--deadline-s", "nan"], "argument --deadline-s: expected a positive number"),
+    (["--until", "tomorrow"], "argument --until: expected an ISO 8601 time with its zone"),
+    (["--until", "2026-12-01T18:30:00"], "argument --until: expected an ISO 8601 time with its"),
+    (["--until", "2000-01-01T00:00:00Z"], "argument --until: expected a time still to come"),
+    (["--deadline-s", "60", "--until", "2999-01-01T00:00:00Z"],
+     "argument --until: not allowed with argument --deadline-s"),
+    (["--cell-bound-s", "30"], "argument --cell-bound-s: expected it with --deadline-s"),
+    (["--deadline-s", "60", "--cell-bound-s", "x"], "argument --cell-bound-s: expected a"),
+    (["--archive", "/nonexistent/folder/run.tar.gz"], "argument --archive: expected a file in"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_deadline_and_archive_values_fail_naming_the_flag(params_dir, capsys, extra, flag):
+    attach_profile(params_dir, "served", "http://127.0.0.1:9", "m")
+    path = study(params_dir, [{"name": "base", "profile": "served"}])
+    with pytest.raises(SystemExit) as exit_:
+        main([str(path), "--no-progress", *extra])
+    assert exit_.value.code == 2
+    assert flag in capsys.readouterr().err
 
 
 def test_transformers_peer_arm(tiny_checkpoint, params_dir, tmp_path):

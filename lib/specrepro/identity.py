@@ -119,7 +119,9 @@ def cell_id(study: Any, cell: Any, engine_version: str | None) -> str:
 # --------------------------------------------------------------------- model fingerprint
 
 SKIP_SUFFIXES = (".md",)
-SKIP_NAMES = ("quality*.json", "training-*.json")  # fnmatch patterns: records, not weights
+# fnmatch patterns: records, not weights (an exported drafter's export.json names the
+# absolute path it was exported from, which must not make a cell depend on the checkout's place)
+SKIP_NAMES = ("quality*.json", "training-*.json", "export.json")
 FULL_HASH_LIMIT = 256 * 2**20
 EDGE = 2**20
 

@@ -492,7 +492,10 @@ class SGLangAdapter(EngineAdapter):
         argv = ["--speculative-algorithm", algorithm]
         if algorithm == "DFLASH":
             argv += ["--speculative-dflash-block-size", str(k + 1)]
-        elif algorithm != "NGRAM" and k is not None:
+        elif algorithm == "NGRAM" and k is not None:
+            # NGRAM verifies a tree of K+1 tokens (its default is 12 whatever K says)
+            argv += ["--speculative-num-draft-tokens", str(k + 1)]
+        elif k is not None:
             argv += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
                      "--speculative-num-draft-tokens", str(k + 1)]
         drafter = spec.model or (profile.drafter.id if profile.drafter else None)

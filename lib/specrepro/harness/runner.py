@@ -30,15 +30,29 @@ Design:
   which should be the repository root (engines are started there too).
 - At the session's end the store merges the session's part files into one file per table
   (`results.ResultStore.end_session`).
+- A deadline (`Deadline`: `--deadline-s S`, `--until TIME`) ends the run cleanly before it,
+  for machines that are taken back. A cell starts only if the time left exceeds the longest
+  cell of this session (stored and archived) or the declared `--cell-bound-s`, whichever is
+  larger; an engine only if the time left also covers the longest start so far. While a
+  cell measures or an engine starts, a watchdog sends SIGINT to the main thread when the
+  deadline passes: Ctrl-C's own path, so the cell in flight is stored as `interrupted` and
+  the engine stopped. The session ends as `deadline`, `RunSummary.left` counts the cells a
+  resumed run will measure, the exit status is 75 (EX_TEMPFAIL). The teardown (engine stop,
+  up to 2 x `process.STOP_GRACE_S`; merge; archive) follows the deadline: leave room for it.
+  Off the main thread (a notebook's worker) only the check between cells applies.
+- An archive (`Archive`: `--archive PATH`) is one .tar.gz of the stores a command writes
+  (`<study>/<run_id>/...`), rewritten whole when the session begins, after each engine
+  start, after each cell and at the end (temporary file, fsync, rename): a command killed at
+  any point leaves the last complete one, which lacks at most the cell in flight. Unpacked
+  into another machine's results dir it is the store there, and a run resumes from it.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
-import signal
 import sys
-import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +69,14 @@ from specrepro.harness.cells import (
     gsm8k_fields,
     identical_share,
     request_rows,
+)
+from specrepro.harness.deadline import (
+    Archive,
+    Deadline,
+    ctrl_c_raises,
+    deadline_of,
+    seconds_arg,
+    zoned_time_arg,
 )
 from specrepro.harness.loadgen import LoadConfig, LoadGenerator, LoadResult, RequestRecord
 from specrepro.params import (
@@ -78,19 +100,30 @@ IGNORE_EOS_WARNING = (
 PEER_SEQUENTIAL = "the transformers peer serves one request at a time: concurrency {c} ran sequentially"
 
 
+EX_TEMPFAIL = 75  # sysexits.h: a temporary failure; the user is invited to retry (resume)
+
+
 @dataclass
 class RunSummary:
-    """What one run_study call did."""
+    """What one run_study call did. `stopped`: "ctrl-c" or "deadline" where the run ended
+    early; `left`: the cells a deadline left unmeasured (what a resumed run measures)."""
 
     ok: int = 0
     failed: int = 0
     interrupted: int = 0
     skipped: int = 0
     errors: list[str] = field(default_factory=list)
+    stopped: str | None = None
+    left: int = 0
 
     @property
     def exit_code(self) -> int:
-        return 130 if self.interrupted else (1 if self.failed or self.errors else 0)
+        """130 after Ctrl-C, 1 on failures, 75 where a deadline left cells, else 0."""
+        if self.stopped == "ctrl-c" or (self.interrupted and self.stopped is None):
+            return 130
+        if self.failed or self.errors:
+            return 1
+        return EX_TEMPFAIL if self.stopped == "deadline" and self.left else 0
 
 
 # ------------------------------------------------------------------------- engines
@@ -152,7 +185,8 @@ class ArmEngine:
             info.update(url=h.url, argv=h.argv, attached=h.attached,
                         log=str(h.log_path) if h.log_path else None,
                         kv_pool_tokens=h.startup.kv_pool_tokens,
-                        max_concurrency=h.startup.max_concurrency, warnings=h.warnings)
+                        max_concurrency=h.startup.max_concurrency, startup=h.startup.record(),
+                        warnings=h.warnings)
         return info
 
     def stop(self) -> None:
@@ -244,72 +278,114 @@ def died_message(eng: ArmEngine, records: Sequence[RequestRecord]) -> str:
             f"{len(errors)} of {len(records)} requests failed{first}{where}")
 
 
+@dataclass
+class _Run:
+    """What the arms and cells of one run_study call share."""
+
+    study: ResolvedStudy
+    store: ResultStore
+    bar: Any
+    power_interval_s: float
+    request_timeout_s: float
+    warnings: list[str]
+    done: set[str]  # cells with an ok attempt: stored before, or measured in this session
+    deadline: Deadline | None
+    archive: Archive | None
+    summary: RunSummary = field(default_factory=RunSummary)
+    prompts_of: dict[str, list[Prompt]] = field(default_factory=dict)
+    cell_s: list[float] = field(default_factory=list)  # each cell's seconds, stored and archived
+    start_s: list[float] = field(default_factory=list)  # each engine's seconds to ready
+    versions: dict[str, str | None] = field(default_factory=dict)  # arm -> its engine's version
+
+    def fits(self, starting: bool = False) -> bool:
+        """Whether one more cell (starting: after an engine start) ends before the deadline."""
+        if self.deadline is None:
+            return True
+        need = max([*self.cell_s, self.deadline.cell_bound_s or 0.0])
+        need += max(self.start_s, default=0.0) if starting else 0.0
+        return self.deadline.remaining() > need
+
+    def armed(self):
+        return self.deadline.armed() if self.deadline is not None else contextlib.nullcontext()
+
+    def interrupted_why(self) -> str:
+        if self.deadline is not None and self.deadline.fired:
+            return f"stopped at the deadline ({self.deadline.given}) during the cell"
+        return "interrupted by the user (Ctrl-C) during the cell"
+
+    def save(self) -> None:
+        """Rewrite the archive; a failure is an error of the run (the store keeps it all)."""
+        if self.archive is None:
+            return
+        try:
+            self.archive.write()
+        except OSError as err:
+            message = f"archive {self.archive.path} not written: {err}"
+            if message not in self.summary.errors:
+                self.summary.errors.append(message)
+
+
+class _AtDeadline(Exception):
+    """The next cell (or engine start) would not end before the deadline."""
+
+
 # ----------------------------------------------------------------------- the run
-
-
-@contextlib.contextmanager
-def ctrl_c_raises():
-    """For the run's duration Ctrl-C raises KeyboardInterrupt, whatever SIGINT handler the
-    host process had (a library's, or SIG_IGN): that is what records the cell in flight as
-    interrupted and keeps the rest. asyncio.run (the load generator) turns SIGINT into a
-    cancellation only when it finds Python's default handler. Only the main thread may set
-    handlers; elsewhere the host's stays."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def run_study(study: ResolvedStudy, store: ResultStore, *, root: Path | str = ".",
               fresh: bool = False, progress: bool = True, power_interval_s: float = 2.0,
-              request_timeout_s: float = 600.0, command: list[str] | None = None) -> RunSummary:
-    """Measure every cell of a resolved study that the store lacks; see the module docstring."""
+              request_timeout_s: float = 600.0, command: list[str] | None = None,
+              deadline: Deadline | None = None, archive: Archive | None = None) -> RunSummary:
+    """Measure every cell of a resolved study that the store lacks, before the deadline if
+    one is given, rewriting the archive as it goes; see the module docstring."""
+    bar = tqdm(total=sum(1 for _ in study.cells()), desc=study.name, unit="cell",
+               disable=not progress)
+    ctx = _Run(study, store, bar, power_interval_s, request_timeout_s,
+               [IGNORE_EOS_WARNING] if study.ignore_eos else [],
+               set() if fresh else store.completed_cell_ids(), deadline, archive)
     with ctrl_c_raises():
-        return _run_study(study, store, root=root, fresh=fresh, progress=progress,
-                          power_interval_s=power_interval_s,
-                          request_timeout_s=request_timeout_s, command=command)
+        return _run_study(ctx, Path(root), command)
 
 
-def _run_study(study, store, *, root, fresh, progress, power_interval_s, request_timeout_s,
-               command) -> RunSummary:
-    root = Path(root)
-    summary = RunSummary()
-    note = power.nvml_note()
-    run_warnings = [IGNORE_EOS_WARNING] if study.ignore_eos else []
+def _run_study(ctx: _Run, root: Path, command: list[str] | None) -> RunSummary:
+    study, store, summary, bar = ctx.study, ctx.store, ctx.summary, ctx.bar
     cpus = process.allowed_cpus()  # before any pinning: what the machine gives this process
     placements: dict[str, process.Placement] = {}
     store.begin_session({"params": study.model_dump(mode="json"), "command": command,
-                         "power_note": note, "warnings": run_warnings,
-                         "placement": session_placement(placements)})
+                         "power_note": power.nvml_note(), "warnings": ctx.warnings,
+                         "placement": session_placement(placements),
+                         "deadline": ctx.deadline.record() if ctx.deadline else None})
+    if ctx.archive is not None:
+        ctx.archive.add(store)
+    ctx.save()
     arms = sorted(study.arms, key=lambda a: a.name != study.baseline)
     all_cells = list(study.cells())
-    done = set() if fresh else store.completed_cell_ids()
-    prompts_of: dict[str, list[Prompt]] = {}
-    bar = tqdm(total=len(all_cells), desc=study.name, unit="cell", disable=not progress)
-    status = "ok"
     try:
         for arm in arms:
             cells = [c for c in all_cells if c.arm.name == arm.name]
-            version = known_version(store, arm)
+            version = ctx.versions[arm.name] = known_version(store, arm)
             pending = [c for c in cells
-                       if identity.cell_id(study, c, version) not in done]
+                       if identity.cell_id(study, c, version) not in ctx.done]
             if not pending:
                 summary.skipped += len(cells)
                 bar.update(len(cells))
                 continue
+            if not ctx.fits(starting=True):
+                raise _AtDeadline
+            started = time.monotonic()
             try:
-                eng = start_engine(arm, store.logs_dir, root,
-                                   placement_for(arm, study.placement, cpus))
+                with ctx.armed():
+                    eng = start_engine(arm, store.logs_dir, root,
+                                       placement_for(arm, study.placement, cpus))
             except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
                 summary.errors.append(f"arm {arm.name!r}: {err}")
                 store.update_session(engines=[{"arm": arm.name, "profile": arm.resolved.name,
                                                "error": str(err)}])
                 bar.update(len(cells))
+                ctx.save()
                 continue
+            ctx.start_s.append(time.monotonic() - started)
+            ctx.versions[arm.name] = eng.version
             placements[arm.name] = eng.placement
             pinned = eng.placement is not None and eng.placement.pinned
             saved: dict[int, set[int]] = {}
@@ -321,53 +397,70 @@ def _run_study(study, store, *, root, fresh, progress, power_interval_s, request
                                      + ([arm.resolved.drafter.model_dump(mode="json")]
                                         if arm.resolved.drafter else []),
                                      placement=session_placement(placements))
-                run_arm(study, store, eng, cells, done, prompts_of, summary, bar,
-                        power_interval_s, request_timeout_s, run_warnings)
+                ctx.save()
+                run_arm(ctx, eng, cells)
             finally:
                 eng.stop()
                 if pinned:
                     process.restore(saved, cpus)
+    except _AtDeadline:
+        summary.stopped = "deadline"
     except KeyboardInterrupt:
-        status = "interrupted"
-        summary.interrupted += 1
+        summary.stopped = "deadline" if ctx.deadline and ctx.deadline.fired else "ctrl-c"
     finally:
         bar.close()
+        if summary.stopped == "deadline":  # what a resumed run will measure
+            versions = {a.name: ctx.versions[a.name] if a.name in ctx.versions
+                        else known_version(store, a) for a in study.arms}
+            summary.left = sum(1 for c in all_cells if identity.cell_id(
+                study, c, versions[c.arm.name]) not in ctx.done)
+        status = {"ctrl-c": "interrupted", "deadline": "deadline"}.get(summary.stopped, "ok")
         if status == "ok" and (summary.failed or summary.errors):
             status = "failed"
         store.update_session(summary={"ok": summary.ok, "failed": summary.failed,
                                       "skipped": summary.skipped,
                                       "interrupted": summary.interrupted,
+                                      "stopped": summary.stopped, "left": summary.left,
                                       "errors": summary.errors})
         store.end_session(status)
+        ctx.save()
     return summary
 
 
-def run_arm(study, store, eng: ArmEngine, cells, done, prompts_of, summary, bar,
-            power_interval_s, request_timeout_s, run_warnings) -> None:
-    """The cells of one arm on its running engine; stops at the first dead engine."""
+def run_arm(ctx: _Run, eng: ArmEngine, cells: Sequence[Cell]) -> None:
+    """The cells of one arm on its running engine; stops at the first dead engine, and
+    before a cell that would not end by the deadline (`_AtDeadline`)."""
+    summary = ctx.summary
     for cell in cells:
-        cid = identity.cell_id(study, cell, eng.version)
-        if cid in done:
+        cid = identity.cell_id(ctx.study, cell, eng.version)
+        if cid in ctx.done:
             summary.skipped += 1
-            bar.update(1)
+            ctx.bar.update(1)
             continue
+        if not ctx.fits():
+            raise _AtDeadline
+        started = time.monotonic()
         key = json.dumps(cell.workload.model_dump(mode="json"), sort_keys=True)
-        if key not in prompts_of:
-            prompts_of[key] = build_workload(cell.workload)
-        status = run_cell(study, store, eng, cell, cid, prompts_of[key], power_interval_s,
-                          request_timeout_s, run_warnings)
+        if key not in ctx.prompts_of:
+            ctx.prompts_of[key] = build_workload(cell.workload)
+        status = run_cell(ctx, eng, cell, cid, ctx.prompts_of[key])
         setattr(summary, status, getattr(summary, status) + 1)
-        bar.update(1)
+        if status == "ok":
+            ctx.done.add(cid)
+        ctx.bar.update(1)
+        ctx.save()
+        ctx.cell_s.append(time.monotonic() - started)
         if status == "failed" and not eng.alive():
             summary.errors.append(f"arm {eng.arm.name!r}: engine died; its remaining cells "
                                   "are left for a re-run")
             return
 
 
-def run_cell(study, store, eng: ArmEngine, cell: Cell, cid: str, prompts: list[Prompt],
-             power_interval_s: float, request_timeout_s: float, run_warnings) -> str:
-    """Measure one cell and append its attempt; returns its status."""
-    warnings = list(run_warnings) + list(eng.handle.warnings if eng.handle else [])
+def run_cell(ctx: _Run, eng: ArmEngine, cell: Cell, cid: str, prompts: list[Prompt]) -> str:
+    """Measure one cell and append its attempt; returns its status. Ctrl-C, or the deadline
+    passing, stores it as interrupted (archived too) and propagates."""
+    study, store = ctx.study, ctx.store
+    warnings = list(ctx.warnings) + list(eng.handle.warnings if eng.handle else [])
     if eng.peer is not None:
         from specrepro.harness.peer import DERIVED_NOTE
 
@@ -375,23 +468,26 @@ def run_cell(study, store, eng: ArmEngine, cell: Cell, cid: str, prompts: list[P
             warnings.append(PEER_SEQUENTIAL.format(c=cell.concurrency))
         if eng.profile.speculative is not None:
             warnings.append(DERIVED_NOTE)
-    cfg = load_config(study, cell, eng, request_timeout_s)
+    cfg = load_config(study, cell, eng, ctx.request_timeout_s)
     started = now()
-    sampler = power.PowerSampler(power_interval_s, pid=eng.pid).start()
+    sampler = power.PowerSampler(ctx.power_interval_s, pid=eng.pid).start()
     records: list[RequestRecord] = []
     status, error, result = "ok", None, None
     try:
-        if eng.peer is not None:
-            result = eng.peer.run(prompts, cfg, records)
-        else:
-            gen = LoadGenerator(cfg)
-            records = gen.records
-            result = gen.run(prompts, eng.scrape)
+        with ctx.armed():
+            if eng.peer is not None:
+                result = eng.peer.run(prompts, cfg, records)
+            else:
+                gen = LoadGenerator(cfg)
+                records = gen.records
+                result = gen.run(prompts, eng.scrape)
     except KeyboardInterrupt:
         report = sampler.stop()
         result = LoadResult(records, None)
         append(store, study, cell, cid, eng, result, report, prompts, warnings,
-               "interrupted", "interrupted by the user (Ctrl-C) during the cell", started)
+               "interrupted", ctx.interrupted_why(), started)
+        ctx.summary.interrupted += 1
+        ctx.save()
         raise
     except Exception as err:  # noqa: BLE001 - a fault in this cell is recorded, the run goes on
         status, error = "failed", f"{type(err).__name__}: {err}"
@@ -403,6 +499,9 @@ def run_cell(study, store, eng: ArmEngine, cell: Cell, cid: str, prompts: list[P
         status, error = "failed", died_message(eng, records)
     elif status == "ok" and records and not any(r.ok for r in records):
         status, error = "failed", f"every request failed; first error: {records[0].error}"
+        # on the command line too, not only in the Parquet (tqdm.write keeps the bar whole)
+        tqdm.write(f"{study.name}: cell {cid} (arm {cell.arm.name!r}, {cell.workload.name}, "
+                   f"{cell.concurrency} streams): {error}", file=sys.stderr)
     append(store, study, cell, cid, eng, result, report, prompts, warnings, status, error,
            started)
     return status
@@ -445,8 +544,12 @@ def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[Resol
                                               f"(arms:), found keys {sorted(tree.data)}")])
 
 
+EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3}  # which of two exit statuses wins
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`specrepro run params/<suite or study>.yaml [--notebook ID] [--results-dir DIR] [--fresh]`."""
+    """`specrepro run params/<suite or study>.yaml [--notebook ID] [--results-dir DIR]
+    [--fresh] [--deadline-s S | --until TIME] [--cell-bound-s S] [--archive PATH]`."""
     ap = argparse.ArgumentParser(prog="specrepro run", description=__doc__.splitlines()[0])
     ap.add_argument("params", help="a suite (params/default.yaml) or a study file")
     ap.add_argument("--notebook", action="append", default=[],
@@ -457,28 +560,53 @@ def main(argv: list[str] | None = None) -> int:
                     help="measure every cell again (new attempts) instead of resuming")
     ap.add_argument("--power-interval", type=float, default=2.0, help="NVML sampling, seconds")
     ap.add_argument("--no-progress", action="store_true")
+    when = ap.add_mutually_exclusive_group()
+    when.add_argument("--deadline-s", type=seconds_arg, metavar="S",
+                      help="end cleanly S seconds from now: no cell starts that cannot end by "
+                           "then, the cell in flight is stored as interrupted; exit status 75 "
+                           "if cells are left. Leave room after it to stop the engine (<= 60 s)")
+    when.add_argument("--until", type=zoned_time_arg, metavar="TIME",
+                      help="the same at an ISO 8601 time with its zone (2026-12-01T18:30:00Z)")
+    ap.add_argument("--cell-bound-s", type=seconds_arg, metavar="S",
+                    help="a bound on one cell's seconds, for the deadline before a cell has run")
+    ap.add_argument("--archive", type=Path, default=None, metavar="PATH",
+                    help="a .tar.gz of the stores written (<study>/<run_id>/...), rewritten "
+                         "after each cell; unpacked into a results dir, a run resumes from it")
     args = ap.parse_args(argv)
+    deadline = deadline_of(ap, args)
+    if args.archive is not None and not args.archive.parent.is_dir():
+        ap.error(f"argument --archive: expected a file in an existing folder, found no folder "
+                 f"{args.archive.parent}")
     try:
         plans = resolve(args.params, args.notebook)
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    archive = Archive(args.archive) if args.archive is not None else None
     code = 0
-    for study, results_dir, run_id in plans:
+    for i, (study, results_dir, run_id) in enumerate(plans):
         store = ResultStore(Path(args.results_dir) if args.results_dir else results_dir,
                             study.name, args.run_id or run_id)
         summary = run_study(study, store, fresh=args.fresh, progress=not args.no_progress,
                             power_interval_s=args.power_interval,
-                            command=["specrepro", "run", *(argv or sys.argv[1:])])
+                            command=["specrepro", "run", *(argv or sys.argv[1:])],
+                            deadline=deadline, archive=archive)
         print(f"{study.name}: {summary.ok} ok, {summary.failed} failed, {summary.skipped} "
               f"already done, {summary.interrupted} interrupted -> {store.root}")
         for err in summary.errors:
             print(f"  error: {err}", file=sys.stderr)
-        code = max(code, summary.exit_code)
-        if summary.interrupted:
+        code = max(code, summary.exit_code, key=EXIT_RANK.__getitem__)
+        if summary.stopped == "ctrl-c":
             print("interrupted: everything measured so far is kept; run again to resume",
                   file=sys.stderr)
             return 130
+        if summary.stopped == "deadline":
+            later = len(plans) - 1 - i
+            print(f"stopped before the deadline ({deadline.given}): {summary.left} cells of "
+                  f"{study.name} left" + (f" and {later} studies not begun" if later else "")
+                  + "; everything measured is kept; run again to resume",
+                  file=sys.stderr)
+            return code
     return code
 
 

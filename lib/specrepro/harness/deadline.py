@@ -1,0 +1,183 @@
+"""Runs that survive the machine: a deadline that ends a run cleanly, and an archive of
+its stores rewritten after each cell (harness/runner.py's docstring says when each acts).
+
+Design:
+- `Deadline` is a point on this process's monotonic clock, from `--deadline-s` or
+  `--until`; `armed()` runs a watchdog thread that sends SIGINT to the main thread when the
+  deadline passes, so the cell in flight takes Ctrl-C's own path (`ctrl_c_raises`) and is
+  stored as interrupted. Off the main thread nothing is armed (signals reach only it).
+- `Archive` is one .tar.gz of the stores a command writes, written to a temporary file,
+  fsynced and renamed over the last one, so a reader (or a kill) never sees a part of one.
+- The argparse types name the flag and what was expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import math
+import os
+import signal
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specrepro.results import ResultStore, now
+
+WATCH_S = 0.25  # the deadline's watchdog re-reads the deadline at least this often
+
+
+
+
+@contextlib.contextmanager
+def ctrl_c_raises():
+    """For the run's duration Ctrl-C raises KeyboardInterrupt, whatever SIGINT handler the
+    host process had (a library's, or SIG_IGN): that is what records the cell in flight as
+    interrupted and keeps the rest. asyncio.run (the load generator) turns SIGINT into a
+    cancellation only when it finds Python's default handler. Only the main thread may set
+    handlers; elsewhere the host's stays."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# -------------------------------------------------------------- deadline, archive
+
+
+@dataclass
+class Deadline:
+    """When measuring must stop, on this process's monotonic clock (module docstring)."""
+
+    at: float  # time.monotonic() seconds
+    given: str  # as the user gave it, for messages: "--deadline-s 540"
+    cell_bound_s: float | None = None  # a declared bound on one cell, before any has run
+    fired: bool = False  # the watchdog interrupted a cell or an engine start
+
+    @classmethod
+    def after(cls, seconds: float, cell_bound_s: float | None = None) -> Deadline:
+        return cls(time.monotonic() + seconds, f"--deadline-s {seconds:g}", cell_bound_s)
+
+    @classmethod
+    def until(cls, when: dt.datetime, cell_bound_s: float | None = None) -> Deadline:
+        left = (when - now()).total_seconds()
+        return cls(time.monotonic() + left, f"--until {when.isoformat()}", cell_bound_s)
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def record(self) -> dict:  # the manifest's: the wall-clock time it stands for
+        at = now() + dt.timedelta(seconds=self.remaining())
+        return {"at": at.isoformat(), "given": self.given, "cell_bound_s": self.cell_bound_s}
+
+    @contextlib.contextmanager
+    def armed(self):
+        """While inside, the deadline passing acts as Ctrl-C: SIGINT to the main thread.
+        The watchdog re-reads `at` every WATCH_S and fires under a lock that leaving the
+        block takes too, so it never fires once the block is left. Off the main thread
+        nothing is armed (signals reach only the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        main, left, lock = threading.main_thread().ident, threading.Event(), threading.Lock()
+
+        def watch() -> None:
+            while not left.wait(min(max(self.remaining(), 0.0), WATCH_S)):
+                if self.remaining() <= 0:
+                    with lock:
+                        if not left.is_set():
+                            self.fired = True
+                            signal.pthread_kill(main, signal.SIGINT)
+                    return
+
+        watchdog = threading.Thread(target=watch, name="specrepro-deadline", daemon=True)
+        watchdog.start()
+        try:
+            yield
+        finally:
+            with lock:  # a SIGINT sent before this returns is raised here, inside the block
+                left.set()
+            watchdog.join()
+
+
+@dataclass
+class Archive:
+    """One .tar.gz of the stores a command writes, rewritten whole (module docstring)."""
+
+    path: Path
+    stores: dict[Path, str] = field(default_factory=dict)  # store root -> "<study>/<run_id>"
+
+    def add(self, store: ResultStore) -> None:
+        self.stores[store.root] = f"{store.study}/{store.run_id}"
+
+    def write(self) -> None:
+        """Temporary file beside the archive, fsync, rename over it: whoever reads it, or
+        kills this, finds the previous archive or this one, never a part of one."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
+                                   dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                with tarfile.open(fileobj=fh, mode="w:gz") as tar:
+                    for root, name in self.stores.items():
+                        if root.is_dir():
+                            tar.add(root, arcname=name, filter=_not_temporary)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def _not_temporary(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    # the store writes `.<name>.tmp` and then links or renames it: never part of the store
+    return None if Path(info.name).name.startswith(".") else info
+
+
+def seconds_arg(text: str) -> float:
+    """argparse type: a positive, finite number of seconds (argparse names the flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, found {text!r}")
+    return value
+
+
+def zoned_time_arg(text: str) -> dt.datetime:
+    """argparse type: an ISO 8601 time with its zone (a bare one would be ambiguous)."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 time with its zone, such as 2026-12-01T18:30:00Z or "
+            f"2026-12-01T19:30:00+01:00, found {text!r}")
+    return when
+
+
+def deadline_of(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Deadline | None:
+    """The run's deadline from --deadline-s / --until (and --cell-bound-s), or None."""
+    if args.deadline_s is not None:
+        return Deadline.after(args.deadline_s, args.cell_bound_s)
+    if args.until is not None:
+        deadline = Deadline.until(args.until, args.cell_bound_s)
+        if deadline.remaining() <= 0:
+            ap.error(f"argument --until: expected a time still to come, found {args.until:%FT%T%z}"
+                     f" ({-deadline.remaining():.0f} s ago)")
+        return deadline
+    if args.cell_bound_s is not None:
+        ap.error("argument --cell-bound-s: expected it with --deadline-s or --until (it bounds "
+                 "a cell against the deadline), found it alone")
+    return None
