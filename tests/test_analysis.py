@@ -287,30 +287,6 @@ def test_figures_have_stable_names_and_deterministic_svg(tmp_path):
     assert "acceptance length (tokens per step)" in text and "article" in text
 
 
-def test_index_lists_verdicts_and_links_existing_thumbnails(tmp_path):
-    fig = tmp_path / "figs" / "07_the_bill__bill.png"
-    fig.parent.mkdir()
-    fig.write_bytes(b"\x89PNG")
-    nb = nbformat.v4.new_notebook()
-    cell = nbformat.v4.new_code_cell("x")
-    cell.outputs = [
-        nbformat.v4.new_output("display_data", {"text/plain": "v"},
-                               metadata={"specrepro": {"verdict": "shape holds here: x.",
-                                                       "holds": True}}),
-        nbformat.v4.new_output("display_data", {"text/plain": "f"},
-                               metadata={"specrepro": {"figure": str(fig)}}),
-        nbformat.v4.new_output("display_data", {"text/plain": "f"},
-                               metadata={"specrepro": {"figure": str(tmp_path / "gone.png")}})]
-    nb.cells = [nbformat.v4.new_markdown_cell("# 07 The bill"), cell]
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    nbformat.write(nb, reports / "07_the_bill.ipynb")
-    page = report.write_index(reports).read_text()
-    assert "07 The bill" in page and "shape holds here: x." in page
-    assert "../figs/07_the_bill__bill.png" in page and "gone.png" not in page
-    assert report.main(["--reports-dir", str(tmp_path / "nowhere")]) == 2
-
-
 def test_claims_map_only_published_arms_and_every_notebook_has_one():
     from specrepro.params import NOTEBOOK_IDS
 

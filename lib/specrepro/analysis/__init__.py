@@ -1,5 +1,5 @@
 """Analysis: a finding's stored results as tables, figures, the published overlay, gates
-and one verdict line; the notebook runner and the HTML index.
+and its verdict (a summary table of checks); the notebook runner and the HTML index.
 
 Design:
 - Analysis reads results tables only; it never talks to an engine nor imports the harness.
@@ -10,8 +10,9 @@ Design:
 - Modules: `finding` (a finding's study and stored cells), `tables`, `overlay` (published
   beside measured), `gates`, `verdicts`, `figures` (by finding in `figures_sweep`,
   `figures_pairs`, `figures_load`, on `figures_common`), `show` (display helpers), `claims`
-  (per-notebook data), `notebooks` (papermill runner), `report` (HTML index,
-  `specrepro report`).
+  (per-notebook data), `rules` (verdict rules as data), `summary` (a report's first
+  table), `notebooks` (papermill runner), `report` (HTML index, `specrepro report`),
+  `arms_across` (the arms several notebooks measured at the same settings).
 """
 
 from specrepro.analysis import figures, tables

@@ -13,7 +13,10 @@ Design:
   (`IPCKernelManager`: over TCP without CurveZMQ keys ipykernel 7 warns on every notebook that
   the channel is unencrypted); the executed notebook goes to
   `<reports_dir>/<nb>.ipynb` (written even when a cell fails, for the traceback), and
-  nbconvert renders `<reports_dir>/<nb>.html` with its images embedded.
+  nbconvert renders `<reports_dir>/<nb>.html` with its images embedded, as a reviewer reads
+  it (`for_readers`: the summary table right after the title, code inputs hidden, papermill's
+  parameters once, no echoed return values; `READER_STYLE`: tables that fit 1,400 px, the
+  summary's verdict column).
 - `python -m specrepro.analysis.notebooks run NB... --params FILE` is what the Makefile
   calls; `index` rebuilds `<reports_dir>/index.html` (report.py).
 """
@@ -76,13 +79,15 @@ def check(notebook_id: str, parameters: dict[str, Any], notebooks_dir: str | Pat
 
 
 HIDE_INPUT = "specrepro-hide-input"  # the tag `for_readers` gives the inputs it hides
+SUMMARY_CELL = "specrepro-summary"  # the id of the cell `for_readers` moves the summary into
 
 
 def for_readers(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The executed notebook as a reviewer reads it (the .ipynb keeps everything): code inputs
     hidden except papermill's injected parameters, which show the values this run used, once
     (the notebook's own `parameters` cell, the defaults they replaced, is dropped); echoed
-    return values (an `Out[n]` of plain text only, such as a figure's file paths) dropped."""
+    return values (an `Out[n]` of plain text only, such as a figure's file paths) dropped;
+    the summary (`show.show_summary`'s output) moved up to right after the title."""
     nb = nbformat.from_dict(nb)  # a copy
     cells = []
     for cell in nb.cells:
@@ -96,18 +101,88 @@ def for_readers(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                             if not (o.output_type == "execute_result"
                                     and set(o.get("data", {})) <= {"text/plain"})]
         cells.append(cell)
-    nb.cells = cells
+    nb.cells = summary_first(cells)
     return nb
 
 
+def summary_first(cells: list) -> list:
+    """The summary output (metadata `specrepro.summary`) in a cell of its own right after the
+    first `# ` heading, which is split from the rest of its markdown cell; a reader sees the
+    verdicts before the notebook's introduction, parameters and tables. Without a summary the
+    cells are returned as they are (the browser test fails such a report); without a heading
+    the summary goes first."""
+    summary = None
+    for cell in cells:
+        for i, out in enumerate(cell.get("outputs", [])):
+            if "summary" in out.get("metadata", {}).get("specrepro", {}):
+                summary = cell.outputs.pop(i)
+                break
+        if summary is not None:
+            break
+    if summary is None:
+        return cells
+    holder = nbformat.v4.new_code_cell("", id=SUMMARY_CELL)
+    holder.metadata["tags"] = [HIDE_INPUT]
+    holder.outputs = [summary]
+    for at, cell in enumerate(cells):
+        if cell.cell_type != "markdown":
+            continue
+        lines = cell.source.splitlines(keepends=True)
+        heading = next((j for j, line in enumerate(lines) if line.startswith("# ")), None)
+        if heading is None:
+            continue
+        cell.source = "".join(lines[:heading + 1]).rstrip("\n")
+        rest = "".join(lines[heading + 1:]).strip("\n")
+        after = [nbformat.v4.new_markdown_cell(rest, id=f"{SUMMARY_CELL}-intro")] if rest else []
+        return [*cells[:at + 1], holder, *after, *cells[at + 1:]]
+    return [holder, *cells]
+
+
+# Added to nbconvert's lab template: a readable width, tables that wrap to fit 1,400 px (a
+# horizontal scrollbar only where a table's narrowest layout is still wider), no In/Out
+# prompts (the inputs are hidden), and the summary table's verdict column. Colour only adds to
+# the verdict's word and symbol (colour-blind-safe backgrounds).
+READER_STYLE = """
+body.jp-Notebook { max-width: 1360px; margin: 0 auto; padding: 0 12px; }
+.jp-InputPrompt, .jp-OutputPrompt { display: none; }
+.jp-RenderedMarkdown p, .jp-RenderedMarkdown li { max-width: 100ch; }
+.jp-RenderedHTMLCommon table.specrepro { display: block; max-width: 100%; overflow-x: auto;
+  table-layout: auto; margin: 0.4em 0 1.2em 0; font-size: 12.5px; }
+.jp-RenderedHTMLCommon table.specrepro caption { text-align: left; caption-side: top;
+  color: #444; padding: 0.2em 0; }
+.jp-RenderedHTMLCommon table.specrepro th, .jp-RenderedHTMLCommon table.specrepro td {
+  padding: 3px 6px; text-align: left; vertical-align: top; white-space: normal;
+  overflow-wrap: break-word; }
+.jp-RenderedHTMLCommon table#summary { display: table; width: 100%; font-size: 13px;
+  border: 1px solid #bbb; margin-top: 0.6em; }
+.jp-RenderedHTMLCommon table#summary th, .jp-RenderedHTMLCommon table#summary td {
+  border: 1px solid #ddd; }
+.jp-RenderedHTMLCommon table#summary td.verdict { font-weight: 600; min-width: 9em; }
+.jp-RenderedHTMLCommon table#summary td.verdict small { font-weight: normal; }
+.jp-RenderedHTMLCommon table#summary th small { font-weight: normal; }
+.jp-RenderedHTMLCommon table#summary tr[data-outcome="holds"] td.verdict { background: #d8ecf7; }
+.jp-RenderedHTMLCommon table#summary tr[data-outcome="holds in direction only"] td.verdict {
+  background: #fbe9c8; }
+.jp-RenderedHTMLCommon table#summary tr[data-outcome="does not hold"] td.verdict {
+  background: #f6d5c8; }
+.jp-RenderedHTMLCommon table#summary tr[data-outcome="not testable here"] td.verdict {
+  background: #eeeeee; }
+"""
+
+
 def to_html(executed: Path) -> Path:
-    """Render an executed notebook to HTML beside it, images embedded, as `for_readers` shows it."""
+    """Render an executed notebook to HTML beside it, images embedded, as `for_readers` shows it,
+    with READER_STYLE after the template's own."""
     nb = for_readers(nbformat.read(executed, as_version=4))
     config = Config()
     config.TagRemovePreprocessor.enabled = True
     config.TagRemovePreprocessor.remove_input_tags = {HIDE_INPUT}
     exporter = HTMLExporter(config=config, template_name="lab", embed_images=True)
     body, _ = exporter.from_notebook_node(nb)
+    if "</head>" not in body:
+        raise RuntimeError(f"{executed}: nbconvert's lab template gave no </head> to add the "
+                           "reader style before")
+    body = body.replace("</head>", f"<style>{READER_STYLE}</style>\n</head>", 1)
     out = executed.with_suffix(".html")
     out.write_text(body, encoding="utf-8")
     return out

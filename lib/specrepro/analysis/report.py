@@ -1,95 +1,290 @@
-"""The HTML index of executed notebooks: each finding, its verdict and its figures.
+"""The HTML index of executed notebooks: the seven claims and their verdicts in one table, the
+arms several notebooks measured, and each finding's figures.
 
 Design:
-- Reads only the executed notebooks in the reports folder (`<nb>.ipynb`, papermill's
-  output): the title from the first heading, the verdict and each figure from the
-  `specrepro` metadata that `show.show_verdict` / `show.show_figure` attach to outputs.
-- Links are relative (the report page beside the index, each thumbnail to its PNG under
-  the figures folder), so the folder can be opened from disk or served; a figure that no
-  longer exists is left out rather than linked broken.
+- Reads the executed notebooks in the reports folder (`<nb>.ipynb`, papermill's output): the
+  title from the first heading, the summary from the output whose `specrepro` metadata has
+  `summary` (`show.show_summary`: claim, outcome, symbol, substrates, one check per claim
+  with article and measured values, ratio, outcome and rule) and each figure from the
+  outputs whose metadata has `figure` (`show.show_figure`).
+- Self-contained: the folder can be shared alone. The reports embed their images (nbconvert,
+  `notebooks.to_html`); the index writes each figure it shows under `<reports>/figures/`
+  from the PNG the notebook displayed (the very image its report shows; the figures folder
+  the notebook saved it to may lie elsewhere or be redrawn since), links only to files in
+  the folder, and loads nothing from the network. PNGs left there by an earlier render and
+  not shown now are removed, so the folder holds what the index shows.
+- Every notebook of the suite has a row, in the findings' order: one not executed, or
+  executed without a summary (it failed before), says so instead of dropping out.
+- The verdict is a word and a symbol; colour (colour-blind-safe backgrounds) only adds.
+- What measured it: the substrate lines of the summaries (this run's engine and hardware,
+  and each article's), the generation time, the commit, and the params file the notebooks
+  ran.
+- The same arm measured by several notebooks: `arms_across.section`.
 - `specrepro report [--reports-dir reports]` writes `<reports-dir>/index.html`.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import datetime as dt
 import html
-import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
+from specrepro import provenance
+from specrepro.analysis import arms_across
 from specrepro.analysis.finding import project_root
 from specrepro.params import NOTEBOOK_IDS
 
+FIGURES = "figures"  # the index's figures, under the reports folder
+
 STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
-.finding { border-top: 1px solid #ccc; padding: 1em 0; }
-.holds { color: #176117; } .fails { color: #a11d1d; } .unknown { color: #666; }
-.thumbs img { height: 150px; margin: 4px; border: 1px solid #ddd; }
+body { font-family: system-ui, sans-serif; max-width: 1340px; margin: 1.5em auto;
+       padding: 0 1em; color: #222; line-height: 1.4; }
+h1 { margin-bottom: .2em; }
+p.meta { color: #444; margin: .2em 0; font-size: 14px; }
+table.specrepro { border-collapse: collapse; margin: 1em 0; font-size: 13px; width: 100%; }
+table.specrepro caption { text-align: left; font-size: 13px; color: #444; padding: .3em 0; }
+table.specrepro th, table.specrepro td { border: 1px solid #ccc; padding: 4px 6px;
+       vertical-align: top; text-align: left; overflow-wrap: break-word; }
+table.specrepro th { background: #f2f2f2; }
+table.specrepro td.num { text-align: right; white-space: nowrap; }
+table.specrepro ul { margin: 0; padding-left: 1.1em; }
+td.verdict, span.verdict { font-weight: 600; }
+span.verdict { white-space: nowrap; }
+table#summary { table-layout: fixed; }
+td.check-outcome .word { font-weight: 600; }
+[data-outcome="holds"] > td.verdict, span.verdict[data-outcome="holds"] { background: #d8ecf7; }
+[data-outcome="holds in direction only"] > td.verdict,
+  span.verdict[data-outcome="holds in direction only"] { background: #fbe9c8; }
+[data-outcome="does not hold"] > td.verdict,
+  span.verdict[data-outcome="does not hold"] { background: #f6d5c8; }
+[data-outcome="not testable here"] > td.verdict, [data-outcome="missing"] > td.verdict,
+  span.verdict[data-outcome="not testable here"], span.verdict[data-outcome="missing"]
+  { background: #eee; }
+span.verdict { padding: 1px 6px; font-size: 15px; }
+tbody.finding { border-top: 2px solid #888; }
+.finding-figures { border-top: 1px solid #ccc; padding: .8em 0; }
+.figures figure { margin: .6em 0 1.2em; }
+.figures img { display: block; max-width: 100%; height: auto; border: 1px solid #ddd; }
+.figures figcaption { font-size: 13px; color: #555; }
+.problems { color: #8a1c00; }
+td.substitute { color: #555; font-style: italic; }
 """
 
+MISSING = {"outcome": "missing", "symbol": "?"}  # a row whose notebook left no summary
 
-def read_report(executed: Path) -> dict:
-    """Title, verdict, whether it holds, and figure paths of one executed notebook."""
+
+@dataclass
+class Report:
+    """What the index shows of one executed notebook."""
+
+    id: str
+    title: str
+    executed: Path | None  # None: the notebook was not executed into this folder
+    summary: dict | None = None  # show.show_summary's metadata, None when it displayed none
+    figures: list[tuple[str, bytes | None, str]] = field(default_factory=list)
+    # (file name, the PNG it displayed or None, the path it was saved to)
+    params_file: str | None = None
+
+
+def read_report(executed: Path) -> Report:
+    """Title, summary, figures and params file of one executed notebook."""
     nb = nbformat.read(executed, as_version=4)
-    title, verdict, holds, figures = executed.stem, None, None, []
+    rep = Report(executed.stem, executed.stem, executed)
+    rep.params_file = nb.metadata.get("papermill", {}).get("parameters", {}).get("params_file")
+    titled = False
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and title == executed.stem:
+        if cell.cell_type == "markdown" and not titled:
             for line in cell.source.splitlines():
                 if line.startswith("# "):
-                    title = line[2:].strip()
+                    rep.title, titled = line[2:].strip(), True
                     break
         for out in cell.get("outputs", []):
             meta = out.get("metadata", {}).get("specrepro", {})
-            if "verdict" in meta:
-                verdict, holds = meta["verdict"], meta.get("holds")
+            if "summary" in meta and rep.summary is None:
+                rep.summary = meta["summary"]
             if "figure" in meta:
-                figures.append(meta["figure"])
-    return {"id": executed.stem, "title": title, "verdict": verdict, "holds": holds,
-            "figures": figures}
+                png = out.get("data", {}).get("image/png")
+                data = base64.b64decode(png) if isinstance(png, str) else None
+                rep.figures.append((Path(meta["figure"]).name, data, meta["figure"]))
+    return rep
 
 
-def _figure_link(figure: str, reports_dir: Path) -> str | None:
-    path = Path(figure)
-    if not path.is_absolute():
-        path = project_root() / path
-    if not path.is_file():
-        return None
-    return os.path.relpath(path.resolve(), reports_dir.resolve())
+def write_figures(reports: list[Report], reports_dir: Path
+                  ) -> dict[str, list[tuple[str, str | None, str]]]:
+    """Each report's figures as PNGs under <reports_dir>/figures/; returns, per notebook, one
+    (file name, link relative to the index or None, why it is not shown) per figure."""
+    where = reports_dir / FIGURES
+    where.mkdir(parents=True, exist_ok=True)
+    written, links = set(), {}
+    for rep in reports:
+        links[rep.id] = []
+        for name, data, saved in rep.figures:
+            if data is None:  # displayed without its image (constructed notebooks): the file
+                path = Path(saved) if Path(saved).is_absolute() else project_root() / saved
+                data = path.read_bytes() if path.is_file() else None
+            if data is None:
+                why = f"the notebook displayed no image and {saved} does not exist"
+                links[rep.id].append((name, None, why))
+                continue
+            (where / name).write_bytes(data)
+            written.add(name)
+            links[rep.id].append((name, f"{FIGURES}/{name}", ""))
+    for stale in where.glob("*.png"):
+        if stale.name not in written:
+            stale.unlink()
+    return links
 
 
-def render_index(entries: list[dict], reports_dir: Path) -> str:
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
-             "<title>specrepro: findings</title>", f"<style>{STYLE}</style></head><body>",
-             "<h1>specrepro: the findings, re-measured</h1>",
-             ("<p>One executed notebook per finding. Each verdict says whether the article's "
-             "shape holds on the engine and card these results were measured on.</p>")]
-    for e in entries:
-        cls = {True: "holds", False: "fails"}.get(e["holds"], "unknown")
-        verdict = html.escape(e["verdict"] or "no verdict (the notebook did not finish)")
-        parts.append(f"<div class='finding'><h2><a href='{html.escape(e['id'])}.html'>"
-                     f"{html.escape(e['title'])}</a></h2><p class='{cls}'>{verdict}</p>"
-                     "<div class='thumbs'>")
-        for fig in e["figures"]:
-            link = _figure_link(fig, reports_dir)
-            if link:
-                link = html.escape(link)
-                parts.append(f"<a href='{link}'><img src='{link}' alt='{link}'></a>")
-        parts.append("</div></div>")
-    parts.append("</body></html>")
+def _verdict(summary: dict | None) -> tuple[str, str]:
+    s = summary or MISSING
+    word = "no summary" if s["outcome"] == "missing" else s["outcome"]
+    return s["outcome"], f"{s['symbol']} {word}"
+
+
+def _esc(value) -> str:
+    return "" if value is None else html.escape(str(value))
+
+
+def summary_rows(rep: Report) -> str:
+    """One tbody per finding: its first row names it, gives the claim and the verdict (which
+    span its checks), then one row per check."""
+    outcome, verdict = _verdict(rep.summary)
+    link = (f"<a href='{_esc(rep.id)}.html'>{_esc(rep.title)}</a>" if rep.executed
+            else _esc(rep.title))
+    if rep.summary is None:
+        why = ("not executed into this folder" if rep.executed is None else
+               "the notebook displayed no summary (it failed before it; see its report)")
+        return (f"<tbody class='finding' data-notebook='{_esc(rep.id)}' "
+                f"data-outcome='{outcome}'><tr class='finding' data-outcome='{outcome}'>"
+                f"<td>{link}</td><td colspan='6'>{_esc(why)}</td>"
+                f"<td class='verdict'>{_esc(verdict)}</td></tr></tbody>")
+    s = rep.summary
+    checks = s.get("checks") or [{}]
+    span = f" rowspan='{len(checks)}'" if len(checks) > 1 else ""
+    rows = []
+    for i, c in enumerate(checks):
+        ratio = c.get("ratio")
+        # a substitute gate is this suite's own and does not decide the verdict (its claim
+        # says so, summary.py); the row is set apart too
+        sub = " class='substitute'" if c.get("substitute") else ""
+        reason = f"<br><small>{_esc(c['reason'])}</small>" if c.get("reason") else ""
+        check = (f"<td{sub}>{_esc(c.get('claim'))}</td><td>{_esc(c.get('article'))}</td>"
+                 f"<td>{_esc(c.get('measured'))}</td>"
+                 f"<td class='num'>{'' if ratio is None else f'{ratio:.2f}'}</td>"
+                 f"<td class='check-outcome' title='{_esc(c.get('rule'))}'><span class='word'>"
+                 f"{_esc(c.get('symbol'))}&nbsp;{_esc(c.get('outcome'))}</span>{reason}</td>")
+        if i == 0:
+            rows.append(f"<tr class='finding' data-outcome='{_esc(outcome)}'>"
+                        f"<td{span}>{link}<br><small>article {_esc(s.get('article'))}</small></td>"
+                        f"<td{span}>{_esc(s.get('claim'))}</td>{check}"
+                        f"<td class='verdict'{span}>{_esc(verdict)}</td></tr>")
+        else:
+            rows.append(f"<tr class='check-more'>{check}</tr>")
+    return (f"<tbody class='finding' data-notebook='{_esc(rep.id)}' "
+            f"data-outcome='{_esc(outcome)}'>{''.join(rows)}</tbody>")
+
+
+# The summary table's column widths (%): fixed, so a long measured value wraps in its own
+# column instead of widening the table past the page.
+COLUMNS = (("finding", 9), ("the article's claim", 19), ("check", 17), ("article", 14),
+           ("measured", 17), ("ratio", 5), ("check's outcome", 10), ("verdict", 9))
+
+
+def summary_table(reports: list[Report]) -> str:
+    cols = "".join(f"<col style='width:{w}%'>" for _, w in COLUMNS)
+    head = "<thead><tr>" + "".join(f"<th>{html.escape(n)}</th>" for n, _ in COLUMNS) + "</tr></thead>"
+    return (f"<table id='summary' class='specrepro summary index'><colgroup>{cols}</colgroup>"
+            f"{head}" + "".join(summary_rows(r) for r in reports) + "</table>")
+
+
+def meta_lines(reports: list[Report], generated: dt.datetime, git: dict) -> str:
+    """What measured the findings, what the articles measured on, and when, from what."""
+    lines = []
+    substrates: dict[str, list[str]] = {}
+    articles: dict[str, str] = {}
+    for r in reports:
+        if r.summary:
+            substrates.setdefault(r.summary.get("substrate") or "not recorded", []).append(r.id[:2])
+            if r.summary.get("article"):
+                articles.setdefault(r.summary["article"], r.summary.get("article_substrate") or "")
+    for sub, ids in substrates.items():
+        which = "" if len(substrates) == 1 else f" (notebooks {', '.join(ids)})"
+        lines.append(f"<p class='meta substrate'><b>Measured on:</b> {_esc(sub)}{_esc(which)}</p>")
+    for art in sorted(articles):
+        lines.append(f"<p class='meta'><b>Article {_esc(art)} measured on:</b> "
+                     f"{_esc(articles[art])}</p>")
+    commit = (git.get("commit") or "")[:12] or "no commit"
+    dirty = " with uncommitted changes" if git.get("dirty") else ""
+    params = sorted({r.params_file for r in reports if r.params_file})
+    lines.append(f"<p class='meta generated'><b>Generated</b> "
+                 f"{generated:%Y-%m-%d %H:%M} UTC from commit {_esc(commit)}{dirty}"
+                 + (f"; params {_esc(', '.join(params))}" if params else "") + "</p>")
+    return "\n".join(lines)
+
+
+def figure_sections(reports: list[Report],
+                    links: dict[str, list[tuple[str, str | None, str]]]) -> str:
+    parts = ["<h2 id='figures'>The figures, per finding</h2>"]
+    for r in reports:
+        outcome, verdict = _verdict(r.summary)
+        title = (f"<a href='{_esc(r.id)}.html'>{_esc(r.title)}</a>" if r.executed
+                 else _esc(r.title))
+        parts.append(f"<section class='finding-figures' id='{_esc(r.id)}'><h3>{title} "
+                     f"<span class='verdict' data-outcome='{_esc(outcome)}'>{_esc(verdict)}"
+                     "</span></h3><div class='figures'>")
+        for name, link, why in links.get(r.id, []):
+            if link is None:
+                parts.append(f"<p class='problems'>{_esc(name)}: {_esc(why)}</p>")
+                continue
+            caption = name.removesuffix(".png").split("__")[-1].replace("_", " ")
+            parts.append(f"<figure><a href='{_esc(link)}'><img src='{_esc(link)}' "
+                         f"alt='{_esc(r.title)}: {_esc(caption)}'></a>"
+                         f"<figcaption>{_esc(caption)}</figcaption></figure>")
+        if not links.get(r.id):
+            parts.append("<p>No figure.</p>")
+        parts.append("</div></section>")
     return "\n".join(parts)
 
 
+LEGEND = ("<p class='meta'>Verdicts: ✓ holds · ◐ holds in direction only · ✗ does not hold · "
+          "– not testable here. Each check's rule is in its report's summary (and in the "
+          "tooltip of its outcome here).</p>")
+
+
+def render_index(reports: list[Report], links: dict[str, list[tuple[str, str | None, str]]],
+                 shared: str, generated: dt.datetime, git: dict) -> str:
+    return "\n".join([
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<title>specrepro: findings</title>", f"<style>{STYLE}</style></head><body>",
+        "<h1>specrepro: the findings, re-measured</h1>",
+        meta_lines(reports, generated, git),
+        ("<p>One executed notebook per finding; each row's link opens its report. A verdict "
+         "says whether the article's finding holds on the engine and hardware these results "
+         "were measured on, by the rule its report prints beside it.</p>"),
+        summary_table(reports), LEGEND, shared, figure_sections(reports, links),
+        "</body></html>"])
+
+
 def write_index(reports_dir: Path | str = "reports") -> Path:
-    """index.html over every executed notebook in the folder, in the findings' order."""
+    """index.html (and its figures/) over the executed notebooks in the folder, a row for
+    every notebook of the suite in the findings' order."""
     reports_dir = Path(reports_dir)
-    executed = [reports_dir / f"{nb}.ipynb" for nb in NOTEBOOK_IDS
-                if (reports_dir / f"{nb}.ipynb").is_file()]
-    entries = [read_report(p) for p in executed]
+    reports = []
+    for nb in NOTEBOOK_IDS:
+        executed = reports_dir / f"{nb}.ipynb"
+        reports.append(read_report(executed) if executed.is_file() else Report(nb, nb, None))
+    links = write_figures(reports, reports_dir)
+    shared = arms_across.section([r.executed for r in reports if r.executed])
+    generated = dt.datetime.now(dt.UTC)
+    page = render_index(reports, links, shared, generated, provenance.git_state())
     out = reports_dir / "index.html"
-    out.write_text(render_index(entries, reports_dir), encoding="utf-8")
+    out.write_text(page, encoding="utf-8")
     return out
 
 

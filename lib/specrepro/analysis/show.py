@@ -1,10 +1,10 @@
-"""What a notebook displays: tables as HTML, figures saved and shown, the verdict line.
+"""What a notebook displays: the summary table, tables as HTML, figures saved and shown.
 
 Design:
 - Notebooks call these and nothing else to display, so every notebook looks the same and
-  the HTML index can find what it needs in the executed notebook: the verdict and each
-  figure are displayed with `specrepro` output metadata ({"verdict": ..., "holds": ...},
-  {"figure": "<png path>"}), which `report.py` reads back. No side files.
+  the HTML index can find what it needs in the executed notebook: the summary
+  (analysis/summary.py) and each figure are displayed with `specrepro` output metadata
+  ({"summary": {...}}, {"figure": "<png path>"}), which `report.py` reads back. No side files.
 - Tables are rendered from polars to a plain HTML table (numbers in `tables.fmt`'s one
   format, nulls as an empty cell marked n/a, a measured figure with its spread as "mean
   (min-max, n=3)"), with a caption that says what the rows are and the units, and notes
