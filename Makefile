@@ -46,8 +46,10 @@ RUN_NB = $(PY) -m specrepro.analysis.notebooks run --params $(PARAMS) --mode $(M
 
 all: $(STAMP) $(REPORTS)/index.html
 
-# Notebooks share the engine's port and the machine's cores: one at a time.
-.NOTPARALLEL:
+# Notebooks that replay render side by side, one per core; a notebook that measures takes
+# the machine to itself (analysis/notebooks.py: .stamps/machine.lock), since its engine and
+# load generator are pinned to the cores and share the engine's port.
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1) --output-sync=target
 .SECONDEXPANSION:
 $(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) \
 		$$(shell find results -path '*/$$*/*' -name '*.parquet' 2>/dev/null) \

@@ -3,6 +3,8 @@ that fail before anything runs."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -106,3 +108,28 @@ def test_the_html_shows_results_and_the_run_s_parameters_once_but_no_code(tmp_pa
     assert "INJECTED" in page and "DISPLAYED-TABLE" in page
     assert "DEFAULTS" not in page and "CODE-CELL" not in page and "ECHO" not in page
     assert "CODE-CELL" in path.read_text()  # the notebook keeps its code
+
+
+def test_a_notebook_that_measures_takes_the_machine_alone(tmp_path, monkeypatch):
+    suite = portable_smoke(tmp_path)
+    # nothing stored: auto will measure, so it needs the machine to itself; replay never does
+    assert notebooks.measures("07_the_bill", suite, "auto")
+    assert notebooks.measures("07_the_bill", suite, "run")
+    assert not notebooks.measures("07_the_bill", suite, "replay")
+    # the lock: a shared holder waits while an exclusive one holds it, two shared do not
+    monkeypatch.setattr(notebooks, "project_root", lambda: tmp_path)
+    order = []
+
+    def shared(tag):
+        with notebooks.machine(exclusive=False):
+            order.append(tag)
+
+    with notebooks.machine(exclusive=True):
+        t = threading.Thread(target=shared, args=("shared after exclusive",))
+        t.start()
+        time.sleep(0.3)
+        order.append("exclusive released")
+    t.join(5)
+    with notebooks.machine(exclusive=False):
+        shared("shared beside shared")
+    assert order == ["exclusive released", "shared after exclusive", "shared beside shared"]

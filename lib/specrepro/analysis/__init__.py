@@ -15,21 +15,33 @@ Design:
   `arms_across` (the arms several notebooks measured at the same settings).
 """
 
-from specrepro.analysis import figures, tables
+import importlib
+
+from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding, at_project_root
 from specrepro.analysis.gates import evaluate_gates
 from specrepro.analysis.overlay import overlay, overlay_tables, published_points
-from specrepro.analysis.show import (
-    html_table,
-    show_figure,
-    show_header,
-    show_power_note,
-    show_summary,
-    show_table,
-    untestable,
-)
 from specrepro.analysis.verdicts import Verdict, verdict
+
+# Drawing and display (matplotlib, seaborn, IPython: ~2 s to import) load on first use, so a
+# process that only runs notebooks or writes the index (`specrepro.analysis.notebooks`,
+# `report`) does not pay for them; a notebook's first `sa.figures` / `sa.show_*` does.
+_LAZY = {"figures": ("specrepro.analysis.figures", None),
+         **{name: ("specrepro.analysis.show", name) for name in (
+             "html_table", "show_figure", "show_header", "show_power_note", "show_summary",
+             "show_table", "untestable")}}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'specrepro.analysis' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module)
+    value = value if attr is None else getattr(value, attr)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Claims", "Finding", "Verdict", "at_project_root", "claims_for", "evaluate_gates",

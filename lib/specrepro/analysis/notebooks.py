@@ -17,6 +17,11 @@ Design:
   it (`for_readers`: the summary table right after the title, code inputs hidden, papermill's
   parameters once, no echoed return values; `READER_STYLE`: tables that fit 1,400 px, the
   summary's verdict column).
+- The machine: a notebook that will measure (mode `run`, or `auto` with cells missing from
+  the store) takes `.stamps/machine.lock` exclusively for its whole run, one that only
+  replays takes it shared. So `make -j` renders replaying notebooks side by side while a
+  measurement always has the cores to itself (its engine and load generator are pinned to
+  them: another notebook's kernel would slow both).
 - `python -m specrepro.analysis.notebooks run NB... --params FILE` is what the Makefile
   calls; `index` rebuilds `<reports_dir>/index.html` (report.py).
 """
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
+import fcntl
 import json
 import shutil
 import sys
@@ -39,7 +46,7 @@ from jupyter_client.manager import AsyncKernelManager
 from nbconvert import HTMLExporter
 from traitlets.config import Config
 
-from specrepro.analysis.finding import MODES, project_root
+from specrepro.analysis.finding import MODES, missing_cells, project_root
 from specrepro.params import (
     NOTEBOOK_IDS,
     ParamsError,
@@ -188,6 +195,31 @@ def to_html(executed: Path) -> Path:
     return out
 
 
+def measures(notebook_id: str, params_file: str | Path, mode: str,
+             results_dir: str | Path | None = None, overrides: dict | None = None) -> bool:
+    """Whether running the notebook will measure: mode `run`, or `auto` with a declared cell
+    missing from the store (what `pipeline.load_finding` decides, asked beforehand)."""
+    if mode != "auto":
+        return mode == "run"
+    suite = load_suite(params_file)
+    study = resolve_study(suite, notebook_id, overrides)
+    base = Path(results_dir) if results_dir is not None else suite.results_path
+    return missing_cells(base / study.name / suite.run_id, study).height > 0
+
+
+@contextlib.contextmanager
+def machine(exclusive: bool):
+    """The machine's lock: exclusive while a notebook measures, shared while one replays."""
+    path = project_root() / ".stamps" / "machine.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def run_notebook(notebook_id: str, params_file: str | Path, *, mode: str = "auto",
                  results_dir: str | Path | None = None, overrides: dict | None = None,
                  figures_dir: str | Path = "figures", reports_dir: str | Path = "reports",
@@ -202,14 +234,16 @@ def run_notebook(notebook_id: str, params_file: str | Path, *, mode: str = "auto
     reports = Path(reports_dir)
     reports.mkdir(parents=True, exist_ok=True)
     executed = reports / f"{notebook_id}.ipynb"
-    start = time.monotonic()
-    try:
-        papermill.execute_notebook(str(path), str(executed), parameters=parameters,
-                                   kernel_name=KERNEL, cwd=str(root), progress_bar=False,
-                                   report_mode=False, kernel_manager_class=IPCKernelManager)
-    finally:
-        if executed.is_file():
-            to_html(executed)
+    exclusive = measures(notebook_id, params_file, mode, results_dir, overrides)
+    with machine(exclusive):
+        start = time.monotonic()
+        try:
+            papermill.execute_notebook(str(path), str(executed), parameters=parameters,
+                                       kernel_name=KERNEL, cwd=str(root), progress_bar=False,
+                                       report_mode=False, kernel_manager_class=IPCKernelManager)
+        finally:
+            if executed.is_file():
+                to_html(executed)
     print(f"{notebook_id}: executed in {time.monotonic() - start:.0f} s -> "
           f"{executed.with_suffix('.html')}")
     return executed.with_suffix(".html")

@@ -167,14 +167,17 @@ def _level(wanted, levels: list[int], where: str) -> int | None:
     return wanted
 
 
-def _measure(f: Finding, side: Side, other: Side | None, metric: str) -> _Measured:
+def _measure(f: Finding, side: Side, other: Side | None, metric: str,
+             empty_ok: bool = False) -> _Measured:
+    """One side's values over repeats (empty_ok: its level, even with no values, so the
+    article's twin can still be named)."""
     part, at = _resolve(f, side, other)
     level = _level(side.concurrency, at["levels"], side.arm)
     if level is not None:
         part = part.filter(pl.col("concurrency") == level)
     words, _, factor = tables.NAMES[metric]
     vals = [float(v) * factor for v in part[metric].drop_nulls().to_list()]
-    if not vals:
+    if not vals and not empty_ok:
         raise _Untestable(f"{words} of {side.arm!r} was not measured on this run")
     return _Measured(vals, at["workload"], level, at["temperature"])
 
@@ -506,13 +509,30 @@ def _engines(f: Finding, rule: Rule, claims: Claims) -> set[str]:
     return {arms[s.arm] for s in (rule.a, rule.b) if s is not None and s.arm in arms}
 
 
+def _article_only(f: Finding, claims: Claims, rule: Rule) -> str:
+    """The article's side of a check that cannot be evaluated here, where it can be named."""
+    if rule.kind == "gate":
+        return _gate_article(rule)
+    if rule.kind != "compare":
+        return ""
+    try:
+        ma = _measure(f, rule.a, rule.b, rule.metric, empty_ok=True)
+        mb = _measure(f, rule.b, rule.a, rule.metric, empty_ok=True)
+        va, vb, level, temp = _article_pair(claims, rule, ma, mb)
+    except _Untestable:
+        return ""
+    unit = tables.NAMES[rule.metric][1]
+    change = metrics.relative_change_pct(va, vb)
+    return f"{change:+.1f}% ({_num(va, unit)} against {_num(vb, unit)}{_at(level, *temp)})"
+
+
 def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
     """One check on one finding."""
     engines = _engines(f, rule, claims)
     for nt in rule.not_testable:
         if engines & set(nt.engines):
             res = CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=nt.why,
-                              article=_gate_article(rule) if rule.kind == "gate" else "")
+                              article=_article_only(f, claims, rule))
             try:  # what was measured still stands beside it
                 seen = KIND[rule.kind](f, claims, rule)
                 res.article, res.measured = seen.article, seen.measured
@@ -521,12 +541,13 @@ def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
             return res
     if rule.needs == "power" and not f.has_power:
         return CheckResult(rule.claim, "not testable here", rule=rule.text(),
-                           reason="no power source on this run (no NVML GPU): no watts")
+                           reason="no power source on this run (no NVML GPU): no watts",
+                           article=_article_only(f, claims, rule))
     try:
         return KIND[rule.kind](f, claims, rule)
     except _Untestable as why:
         return CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=str(why),
-                           article=_gate_article(rule) if rule.kind == "gate" else "")
+                           article=_article_only(f, claims, rule))
 
 
 def verdict(f: Finding, claims: Claims | None = None) -> Verdict:
