@@ -213,7 +213,7 @@ def test_summary_table_has_one_verdict_per_check():
     page = summary.summary_html(s)
     assert page.count('<tr class="check"') == len(s["checks"]) == 5
     assert page.count('<td class="verdict">') == 5 and 'id="summary"' in page
-    assert "CPU Test CPU, 2 CPUs, 1 engine threads (engine on CPUs [1], client on CPUs [0])" \
+    assert "CPU Test CPU, 2 CPUs, 1 engine thread (engine on CPUs [1], client on CPUs [0])" \
         in s["substrate"]
     assert s["article_substrate"].startswith("vLLM 0.28.0 on ASUS Ascent GX10")
 

@@ -86,12 +86,15 @@ def measured_substrate(f: Finding) -> str:
     """'specrepro-embedded 0.1.0 on CPU x86_64, 2 CPUs (engine on CPUs [1], ...); models/embedded'."""
     engines = (f.cells.select(["engine", "engine_version"]).unique(maintain_order=True)
                .iter_rows())
-    names = [v or e for e, v in engines if e]
+    # the embedded engine reports "specrepro-embedded 0.1.0", vLLM and the peer a bare "0.26.0"
+    names = [(v if " " in v else f"{e} {v}") if v else f"{e} (version unknown)"
+             for e, v in engines if e]
     session = _session(f)
     models = sorted({m["id"] for m in session.get("models", []) if m.get("id")})
     threads = sorted({str(e["flags"]["threads"]) for e in session.get("engines", [])
                       if isinstance(e.get("flags"), dict) and "threads" in e["flags"]})
-    where = hardware(session) + (f", {'/'.join(threads)} engine threads" if threads else "")
+    where = hardware(session) + (f", {'/'.join(threads)} engine thread"
+                                 f"{'' if threads == ['1'] else 's'}" if threads else "")
     return (", ".join(dict.fromkeys(names)) or "no engine") + f" on {where} ({placement(session)})" \
         + (f"; {', '.join(models)}" if models else "")
 
