@@ -51,7 +51,16 @@ all: $(STAMP) $(REPORTS)/index.html
 # load generator are pinned to the cores and share the engine's port.
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1) --output-sync=target
 .SECONDEXPANSION:
-$(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) \
+# The drafters in the folders vLLM and SGLang load (git-ignored): the GPU suites' profiles
+# name them, and a cell's identity holds their fingerprint, so replaying those suites' stored
+# cells needs them here too. Written from models/embedded, again only when it changes.
+DRAFTERS := build/engine-drafters/.exported
+$(DRAFTERS): $(wildcard models/embedded/*/*.safetensors models/embedded/*/*.json) \
+		lib/specrepro/embedded/export.py $(STAMP)
+	$(PY) -m specrepro.cli export-drafters --engine all
+	@touch $@
+
+$(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) $(DRAFTERS) \
 		$$(shell find results -path '*/$$*/*' -name '*.parquet' 2>/dev/null) \
 		$(if $(FRESH),FORCE)
 	$(RUN_NB) $*
@@ -60,7 +69,7 @@ $(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) \
 $(REPORTS)/index.html: $(NOTEBOOKS:%=$(NB_STAMPS)/%.done)
 	$(PY) -m specrepro.cli report --reports-dir $(REPORTS)
 
-nb: $(STAMP)
+nb: $(STAMP) $(DRAFTERS)
 	@test -n "$(NB)" || { echo "usage: make nb NB=<notebook id> [PARAMS=params/<suite>.yaml]"; exit 2; }
 	$(RUN_NB) $(NB)
 	@mkdir -p $(NB_STAMPS) && touch $(NB_STAMPS)/$(NB).done

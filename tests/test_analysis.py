@@ -583,3 +583,17 @@ def test_paired_tables_are_one_per_metric_with_labels_and_change():
                                     "ref arm")
     assert rep.frame["difference (points)"][w] == pytest.approx(15.0)  # 10 % to 25 %
     assert gsm.frame["workload"].to_list() == ["gsm8k"]  # no row of n/a for the essays
+
+
+def test_a_missing_exported_drafter_is_named_when_nothing_replays(tmp_path, monkeypatch):
+    # the H200 suite's profiles name build/engine-drafters/... (git-ignored): in a checkout
+    # without them no stored cell's identity matches, and the error says what to run
+    _, study = pipeline.study_for(ROOT / "params" / "h200-engines.yaml", "01_drafter_block_sweep")
+    monkeypatch.chdir(tmp_path)
+    note = pipeline.missing_local_folders(study)
+    assert "build/engine-drafters/vllm/dflash (profile vllm-0.26-dflash-k4)" in note
+    assert "specrepro export-drafters" in note
+    (tmp_path / "build" / "engine-drafters" / "vllm" / "dflash").mkdir(parents=True)
+    (tmp_path / "build" / "engine-drafters" / "vllm" / "mtp").mkdir(parents=True)
+    (tmp_path / "models" / "embedded").mkdir(parents=True)
+    assert pipeline.missing_local_folders(study) == ""

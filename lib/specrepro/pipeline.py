@@ -64,6 +64,26 @@ def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool):
     return summary
 
 
+def missing_local_folders(study: ResolvedStudy) -> str:
+    """Why stored cells may not match here: a model or drafter folder an arm names by a
+    local path that does not exist (a cell's identity holds such a folder's fingerprint, so
+    without it no stored cell matches), with the command that writes the exported drafters."""
+    gone = {}
+    for arm in study.arms:
+        p = arm.resolved
+        for ref in (p.model, p.drafter):
+            if ref is not None and ref.id.startswith(("build/", "models/", "./", "/")) \
+                    and not Path(ref.id).is_dir():
+                gone.setdefault(ref.id, p.name)
+    if not gone:
+        return ""
+    listed = "; ".join(f"{path} (profile {prof})" for path, prof in gone.items())
+    hint = (" `specrepro export-drafters` writes build/engine-drafters/ from models/embedded."
+            if any(path.startswith("build/engine-drafters/") for path in gone) else "")
+    return (f". Note: these folders do not exist here, so the cells stored for them cannot "
+            f"match: {listed}.{hint}")
+
+
 def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
                  results_dir: str | Path | None = None, overrides: dict[str, Any] | None = None
                  ) -> Finding:
@@ -83,12 +103,14 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
             causes = "; ".join(str(e) for e in summary.errors[:3]) or "no error was reported"
             raise FindingError(
                 f"{notebook_id}: measuring study {study.name!r} (mode {mode!r}) stored no "
-                f"results in {store_root}: {summary.failed} cells failed: {causes}")
+                f"results in {store_root}: {summary.failed} cells failed: {causes}"
+                + missing_local_folders(study))
     cells = stored
     if cells.height == 0:
         raise FindingError(
             f"{notebook_id}: no stored results for study {study.name!r} in {store_root}; "
-            "measure them with mode 'auto' or 'run' (make nb NB=... or make all)")
+            "measure them with mode 'auto' or 'run' (make nb NB=... or make all)"
+            + missing_local_folders(study))
     labels = {a.name: a.label or a.name for a in study.arms}
     cells = cells.with_columns(pl.col("arm").replace_strict(labels, default=None).alias("label"))
     reqs = results.load_requests(store_root, cells)

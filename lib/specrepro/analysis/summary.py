@@ -87,8 +87,8 @@ def measured_substrate(f: Finding) -> str:
     engines = (f.cells.select(["engine", "engine_version"]).unique(maintain_order=True)
                .iter_rows())
     # the embedded engine reports "specrepro-embedded 0.1.0", vLLM and the peer a bare "0.26.0"
-    names = [(v if " " in v else f"{e} {v}") if v else f"{e} (version unknown)"
-             for e, v in engines if e]
+    names = [(v if " " in v else f"{_engine_words(e)} {v}") if v
+             else f"{_engine_words(e)} (version unknown)" for e, v in engines if e]
     session = _session(f)
     models = sorted({m["id"] for m in session.get("models", []) if m.get("id")})
     threads = sorted({str(e["flags"]["threads"]) for e in session.get("engines", [])
