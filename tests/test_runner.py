@@ -119,6 +119,7 @@ def test_small_sweep_fills_every_column_and_agrees_with_the_counters(
     assert load_attempts(store.root).height == 8
     session = store.manifest()["sessions"][0]
     assert session["engines"][0]["version"].startswith("specrepro-embedded")
+    assert session["engines"][0]["ready_s"] is None  # attached: not started here
     assert session["power_note"] and session["params"]["name"] == "tiny_sweep"
     # the session's parts were merged at its end: one file per table (the resume wrote none)
     for table in ("cells", "requests"):
@@ -402,6 +403,7 @@ def test_a_launched_engine_and_the_load_generator_run_on_disjoint_cpus(
     assert summary.ok == 1, summary.errors
     session = store.manifest()["sessions"][-1]
     placement, argv = session["placement"], session["engines"][0]["argv"]
+    assert 0 < session["engines"][0]["ready_s"] < 120  # launched: start to ready, recorded
     assert session["engines"][0]["placement"] == placement
     assert set(os.sched_getaffinity(0)) == cpus  # the harness is back on its CPUs
     if len(cpus) < 2:

@@ -392,7 +392,11 @@ def _run_study(ctx: _Run, root: Path, command: list[str] | None) -> RunSummary:
             try:
                 if pinned:  # the load generator off the engine's CPUs for the arm's cells
                     saved = process.pin_process(eng.placement.client_cpus)
-                store.update_session(engines=[eng.describe()],
+                # start to ready as this process saw it, for an engine it launched (the
+                # engine's own log times the parts)
+                launched = eng.handle is not None and not eng.handle.attached
+                store.update_session(engines=[{**eng.describe(), "ready_s":
+                                               round(ctx.start_s[-1], 1) if launched else None}],
                                      models=[arm.resolved.model.model_dump(mode="json")]
                                      + ([arm.resolved.drafter.model_dump(mode="json")]
                                         if arm.resolved.drafter else []),
