@@ -1,0 +1,293 @@
+"""analysis/parity.py and scripts/parity.py: engines' stores of one study matched cell for cell.
+
+Constructed stores (written through results.ResultStore, cell ids that differ per engine as
+real ones do) where the answer is known: identical outputs, a divergence at known positions,
+a 6 % gap flagged and a 4 % one not, a missing arm and level, batch and repeat variance;
+then the script on the committed H200 stores (vLLM 0.26.0 and the embedded engine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import load_script
+from specrepro import results
+from specrepro.analysis import parity, tables
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM = ROOT / "results/h200-engines/01_drafter_block_sweep/h200-engines"
+EMBEDDED = ROOT / "results/h200-embedded/01_drafter_block_sweep/h200-embedded"
+STUDY = "01_drafter_block_sweep"
+TPS = tables.name("acceptance_length")
+BASE = [list(range(100 + i, 180 + i)) for i in range(4)]  # 4 prompts x 80 tokens
+
+
+def changed(tokens: list[int], at: int) -> list[int]:
+    return [*tokens[:at], -1, *tokens[at + 1:]]
+
+
+def cell(arm, concurrency, repeat, tps, outputs=None, **extra) -> dict:
+    return {"arm": arm, "concurrency": concurrency, "repeat": repeat, "acceptance_length": tps,
+            "outputs": BASE if outputs is None else outputs, **extra}
+
+
+def write_store(root: Path, engine: str, cells: list[dict], arms=("mtp-k3", "dflash-k5")
+                ) -> Path:
+    """One engine's run of the study: its cells (CELL_SCHEMA figures plus `outputs`, token
+    ids per prompt) as ok attempts, the study's arm order in the manifest."""
+    store = results.ResultStore(root / engine, STUDY, "run")
+    store.begin_session({"params": {"arms": [{"name": a} for a in arms]}})
+    for i, c in enumerate(cells):
+        c = dict(c)
+        outputs = c.pop("outputs")
+        cid = hashlib.sha256(f"{engine}/{i}".encode()).hexdigest()[:16]  # ids differ per engine
+        row = {"cell_id": cid, "status": "ok", "engine": engine, "engine_version": "test",
+               "workload": "humaneval", "temperature": 0.0, "n_prompts": len(outputs),
+               "ended_at": results.now(), "agg_tok_s": 100.0, "ttft_p50_ms": 10.0,
+               "itl_p50_ms": 1.0, "itl_request_mean_ms": 1.5, **c}
+        store.append_cell(row, [{"request_idx": j, "prompt_id": f"humaneval-{j:04d}",
+                                 "token_ids": t, "completion_tokens": len(t)}
+                                for j, t in enumerate(outputs)])
+    store.end_session()
+    return store.root
+
+
+def grid(tps=2.5, outputs=None, arms=("mtp-k3", "dflash-k5")) -> list[dict]:
+    return [cell(a, c, r, tps, outputs) for a in arms for c in (1, 8) for r in (0, 1)]
+
+
+def build(tmp_path, a_cells, b_cells, reference=None, **kw):
+    stores = [parity.load_store("A", write_store(tmp_path, "a", a_cells)),
+              parity.load_store("B", write_store(tmp_path, "b", b_cells))]
+    return parity.tables_for(stores, reference, **kw)
+
+
+def rows(table, **where) -> list[dict]:
+    return [r for r in table.frame.to_dicts() if all(r.get(k) == v for k, v in where.items())]
+
+
+# ------------------------------------------------------------------- outputs
+
+
+def test_first_difference_counts_from_zero_and_a_prefix_differs_at_its_end():
+    assert parity.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert parity.first_difference([1, 2, 3], [1, 9, 3]) == 1
+    assert parity.first_difference([5, 2], [1, 2]) == 0
+    assert parity.first_difference([1, 2, 3], [1, 2]) == 2
+
+
+def test_identical_engines_are_identical_everywhere(tmp_path):
+    out = build(tmp_path, grid(), grid())
+    ident = out["identity"].frame
+    assert ident.height == 4  # 2 arms x 2 levels, B against A
+    assert ident["prompts compared"].to_list() == [4] * 4
+    assert ident["token-identical"].to_list() == [4] * 4
+    assert ident["first difference, median (token position)"].null_count() == 4
+    assert ident["differing before token 32"].to_list() == [0] * 4
+    inv = out["invariance"].frame
+    assert inv["token-identical"].to_list() == [4] * inv.height
+    assert out["acceptance"].frame["gap against A (%)"].drop_nulls().to_list() == [0.0] * 4
+
+
+def test_a_divergence_is_located_where_it_happens(tmp_path):
+    # B: prompt 0 differs at 32, prompt 1 at 10, prompt 2 stops at 20 (a prefix), 3 the same
+    diverged = [changed(BASE[0], 32), changed(BASE[1], 10), BASE[2][:20], BASE[3]]
+    b = [cell(c["arm"], c["concurrency"], c["repeat"], 2.5,
+              diverged if (c["arm"], c["concurrency"]) == ("mtp-k3", 1) else None)
+         for c in grid()]
+    ident = build(tmp_path, grid(), b)["identity"]
+    (r,) = rows(ident, arm="mtp-k3", streams=1)
+    assert r["token-identical"] == 1 and r["prompts compared"] == 4
+    assert r["first difference, median (token position)"] == 20
+    assert r["first difference, earliest (token position)"] == 10
+    assert (r["differing before token 32"], r["differing before token 64"]) == (2, 3)
+    assert [x["token-identical"] for x in rows(ident, arm="mtp-k3", streams=8)] == [4]
+
+
+# ----------------------------------------------------------------- acceptance
+
+
+def test_a_6_percent_gap_is_flagged_and_a_4_percent_one_is_not(tmp_path):
+    tps = {("mtp-k3", 1): 2.65, ("mtp-k3", 8): 2.6, ("dflash-k5", 1): 2.35,
+           ("dflash-k5", 8): 2.4}  # +6, +4, -6, -4 % against A's 2.5
+    b = [{**c, "acceptance_length": tps[c["arm"], c["concurrency"]]} for c in grid()]
+    acc = build(tmp_path, grid(), b)["acceptance"]
+    gap, flag = "gap against A (%)", "gap above 5 %"
+    got = {(r["arm"], r["streams"]): (round(r[gap], 6), r[flag])
+           for r in rows(acc, engine="B")}
+    assert got == {("mtp-k3", 1): (6.0, True), ("mtp-k3", 8): (4.0, False),
+                   ("dflash-k5", 1): (-6.0, True), ("dflash-k5", 8): (-4.0, False)}
+    (ref,) = rows(acc, arm="mtp-k3", streams=1, engine="A")
+    assert ref[gap] is None and ref["note"] == "reference"
+
+
+def test_a_named_reference_turns_the_gap_and_the_threshold_is_a_parameter(tmp_path):
+    b = [{**c, "acceptance_length": 2.65} for c in grid()]
+    acc = build(tmp_path, grid(), b, reference="B", threshold_pct=6.5)["acceptance"]
+    (r,) = rows(acc, arm="mtp-k3", streams=1, engine="A")
+    assert r["gap against B (%)"] == pytest.approx((2.5 / 2.65 - 1) * 100)
+    assert r["gap above 6.5 %"] is False
+
+
+def test_repeats_agree_exactly_only_when_every_repeat_has_the_same_figure(tmp_path):
+    a = [{**c, "acceptance_length": 2.5 + 0.01 * c["repeat"] * (c["concurrency"] == 8),
+          "per_position_acceptance": [0.6, 0.2 + 0.1 * c["repeat"]]} for c in grid()]
+    acc = build(tmp_path, a, grid())["acceptance"]
+    (one,) = rows(acc, arm="mtp-k3", streams=1, engine="A")
+    (eight,) = rows(acc, arm="mtp-k3", streams=8, engine="A")
+    assert one["repeats agree exactly"] is True and eight["repeats agree exactly"] is False
+    assert one[TPS] == 2.5 and eight[TPS] == pytest.approx(2.505) and one["repeats"] == 2
+    assert one[tables.name("acceptance_rate_pos")] == pytest.approx([60.0, 25.0])
+
+
+def test_a_later_cell_at_the_same_key_replaces_the_earlier_and_is_noted(tmp_path):
+    a = [*grid(), cell("mtp-k3", 1, 0, 3.0)]  # measured again, later: this one counts
+    acc = build(tmp_path, a, grid())["acceptance"]
+    (r,) = rows(acc, arm="mtp-k3", streams=1, engine="A")
+    assert r[TPS] == pytest.approx(2.75) and r["repeats"] == 2
+    assert acc.notes == ("A: 1 older ok cell(s) at a key measured again left out",)
+
+
+# ------------------------------------------------------------- missing cells
+
+
+def test_a_folder_above_one_run_is_refused(tmp_path):
+    write_store(tmp_path, "a", grid())
+    results.ResultStore(tmp_path / "a", STUDY, "other").append_cell(
+        {"cell_id": "0" * 16, "status": "ok", "arm": "mtp-k3"})
+    with pytest.raises(parity.ParityError, match=r"holds 2 runs .*give one"):
+        parity.load_store("A", tmp_path / "a")
+
+
+def test_a_missing_arm_and_level_give_rows_saying_so_never_zeros(tmp_path):
+    b = [c for c in grid() if c["arm"] == "mtp-k3" and c["concurrency"] == 1]
+    out = build(tmp_path, grid(), b)
+    acc, speed, ident = out["acceptance"], out["speed"], out["identity"]
+    assert acc.frame.height == speed.frame.height == 8  # every arm x level x engine
+    (arm,) = rows(acc, arm="dflash-k5", streams=1, engine="B")
+    (level,) = rows(acc, arm="mtp-k3", streams=8, engine="B")
+    for r in (arm, level):
+        assert r[TPS] is None and r["repeats"] is None and r["gap against A (%)"] is None
+    assert arm["note"] == "not measured: no arm dflash-k5 in this store"
+    assert level["note"] == "not measured: arm mtp-k3 has no cells at this level in this store"
+    (s,) = rows(speed, arm="dflash-k5", streams=8, engine="B")
+    assert s[tables.name("agg_tok_s")] is None and s["note"].startswith("not measured: no arm")
+    (i,) = rows(ident, arm="dflash-k5", streams=1)
+    assert i["token-identical"] is None and i["prompts compared"] is None
+    assert i["note"] == "not measured: no arm dflash-k5 in this store"
+    inv = rows(out["invariance"], engine="B", arm="dflash-k5")
+    assert inv and all(r["token-identical"] is None and r["note"] for r in inv)
+
+
+# ----------------------------------------------------------------- invariance
+
+
+def test_batch_repeat_and_arm_variance_are_detected(tmp_path):
+    def outputs(c):
+        if c["concurrency"] == 8 and c["arm"] == "mtp-k3":
+            return [changed(BASE[0], 5), *BASE[1:]]  # batch variant at 8 streams
+        if c["arm"] == "dflash-k5" and c["concurrency"] == 1 and c["repeat"] == 1:
+            return [BASE[0], changed(BASE[1], 50), BASE[2], changed(BASE[3], 70)]  # and at 50
+        if c["arm"] == "dflash-k5" and c["concurrency"] == 1:
+            return [*BASE[:3], changed(BASE[3], 70)]  # the arm differs from mtp-k3
+        return BASE
+    b = [{**c, "outputs": outputs(c)} for c in grid()]
+    inv = build(tmp_path, grid(), b)["invariance"]
+    assert inv.frame.height == 2 * (2 * 2 + 2 + 1)  # per engine: repeats x levels, batch, arm
+    assert all(r["token-identical"] == 4 for r in rows(inv, engine="A"))
+
+    def one(comparison, arm):
+        (r,) = rows(inv, engine="B", arm=arm, comparison=comparison)
+        return r["token-identical"], r["first difference, earliest (token position)"]
+    assert one("8 streams against 1 stream, repeat 0", "mtp-k3") == (3, 5)
+    assert one("repeat 1 against repeat 0 at 8 streams", "mtp-k3") == (4, None)
+    assert one("repeat 1 against repeat 0 at 1 stream", "dflash-k5") == (3, 50)
+    assert one("against mtp-k3 at 1 stream, repeat 0", "dflash-k5") == (3, 70)
+    assert not rows(inv, engine="B", arm="mtp-k3", comparison="against mtp-k3 at 1 stream, "
+                                                              "repeat 0")
+
+
+# --------------------------------------------------------------- speed, render
+
+
+def test_speed_gives_spreads_and_ratios_to_the_reference(tmp_path):
+    b = [{**c, "agg_tok_s": 150.0 + 10 * c["repeat"], "ttft_p50_ms": 5.0} for c in grid()]
+    speed = build(tmp_path, grid(), b)["speed"]
+    (r,) = rows(speed, arm="mtp-k3", streams=8, engine="B")
+    assert r[tables.name("agg_tok_s")] == {"mean": 155.0, "min": 150.0, "max": 160.0}
+    assert r["aggregate decode throughput over A's (ratio)"] == pytest.approx(1.55)
+    assert r["median time to first token over A's (ratio)"] == pytest.approx(0.5)
+    (a,) = rows(speed, arm="mtp-k3", streams=8, engine="A")
+    assert a["aggregate decode throughput over A's (ratio)"] is None and a["note"] == "reference"
+
+
+def test_render_writes_numbers_once_and_nulls_as_n_a():
+    t = tables.Table(pl.DataFrame({"arm": ["x"], "n": [1234], "ok": [True], "pos": [[60.0, 0.5]],
+                                   "s": [{"mean": 2.0, "min": 1.0, "max": 3.0}], "g": [None]}),
+                     "what it shows", ("a note",))
+    assert parity.render(t, markdown=True).splitlines() == [
+        "what it shows", "", "| arm | n | ok | pos | s | g |",
+        "| --- | ---: | --- | --- | ---: | --- |", "| x | 1,234 | yes | 60, 0.5 | 2 (1–3) | n/a |",
+        "", "Note: a note"]
+    plain = parity.render(t).splitlines()
+    assert plain[2].split() == ["arm", "n", "ok", "pos", "s", "g"]
+    assert plain[4] == "x    1,234  yes  60, 0.5  2 (1–3)  n/a"
+
+
+# ------------------------------------------------------------------- the script
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script("parity")
+
+
+def test_bad_arguments_are_named(tmp_path, script, capsys):
+    good = f"A={write_store(tmp_path, 'a', grid())}"
+    empty = tmp_path / "empty" / STUDY / "run"
+    empty.mkdir(parents=True)
+    for argv, message in [
+            ([good, f"B={tmp_path / 'nope'}"], r"--store 'B=.*nope': .*no such directory"),
+            ([good, f"B={empty}"], r"--store 'B=.*empty.*': .*holds no ok cells"),
+            ([good, "B"], r"--store 'B': expected NAME=PATH"),
+            ([good], r"--store: two or more"),
+            ([good, good], r"--store: names must differ")]:
+        with pytest.raises(SystemExit):
+            script.main([a for s in argv for a in ("--store", s)])
+        assert re.search(message, capsys.readouterr().err), message
+    with pytest.raises(SystemExit):
+        script.main(["--store", good, "--store", good.replace("A=", "B=", 1),
+                     "--reference", "C"])
+    assert "--reference: reference 'C' is not among the stores' names: 'A', 'B'" in \
+        capsys.readouterr().err
+
+
+def test_the_committed_h200_stores(script, capsys):
+    out = script.main(["--store", f"vLLM 0.26.0={VLLM}", "--store", f"embedded={EMBEDDED}",
+                       "--markdown"])
+    text = capsys.readouterr().out
+    for title in ("## Acceptance", "## Identity across engines", "## Invariance", "## Speed"):
+        assert title in text
+    assert text.count("| arm | streams | engine |") == 3
+    assert parity.load_store("v", VLLM).cells.height == 24
+    assert parity.load_store("e", EMBEDDED).cells.height == 24
+    acc, ident, inv, speed = (out[k] for k in ("acceptance", "identity", "invariance", "speed"))
+    assert acc.frame.height == speed.frame.height == 16  # 4 arms x 2 levels x 2 engines
+    assert ident.frame.height == 8 and inv.frame.height == 2 * (4 * 2 + 4 + 3)
+    assert acc.caption.endswith("all at humaneval, T=0")
+    (k7,) = rows(acc, arm="dflash-k7", streams=1, engine="vLLM 0.26.0")
+    assert round(k7[TPS], 2) == 2.78 and k7["repeats"] == 3 and k7["repeats agree exactly"]
+    assert len(k7[tables.name("acceptance_rate_pos")]) == 7
+    (mtp,) = rows(ident, arm="mtp-k3", streams=1)
+    assert (mtp["token-identical"], mtp["prompts compared"]) == (7, 32)
+    # the embedded engine is batch-, repeat- and arm-invariant; vLLM is not at 8 streams
+    assert set(inv.frame.filter(pl.col("engine") == "embedded")["token-identical"]) == {32}
+    (batch,) = rows(inv, engine="vLLM 0.26.0", arm="dflash-k4",
+                    comparison="8 streams against 1 stream, repeat 0")
+    assert batch["token-identical"] == 16
+    assert not any(r["gap above 5 %"] for r in acc.frame.to_dicts())
