@@ -503,4 +503,5 @@ def test_the_h200_engines_results_are_not_git_ignored():
 
     assert not ignored("results/h200-engines/01_drafter_block_sweep/h200-engines/manifest.json")
     assert not ignored("results/default/01_drafter_block_sweep/default/manifest.json")
-    assert ignored("results/h200-embedded/01_drafter_block_sweep/h200-embedded/manifest.json")
+    assert not ignored("results/h200-embedded/01_drafter_block_sweep/h200-embedded/manifest.json")
+    assert ignored("results/rtx-pro-6000/01_drafter_block_sweep/rtx-pro-6000/manifest.json")
