@@ -116,8 +116,9 @@ def _matches(pub: dict, level: dict, claims: Claims) -> bool:
                                           and abs(pub["temperature"] - want) < 1e-9)
 
 
-def _choose(rows: list[dict], claims: Claims) -> tuple[dict, list[dict]]:
-    """The published row to compare against, and the other distinct values."""
+def choose(rows: list[dict], claims: Claims) -> tuple[dict, list[dict]]:
+    """The published row to compare against (the one claims.yaml's `prefer` names, else a
+    table's, else the first printed), and the other distinct values."""
     def rank(r: dict) -> tuple:
         preferred = any(p.arm == r["arm"] and p.metric == r["metric"] and p.source in r["source"]
                         for p in claims.prefer)
@@ -158,7 +159,7 @@ def overlay(cells: pl.DataFrame, claims: Claims, metrics_wanted: list[str] | Non
                 if (level["arm"], metric) in arm_level_done:
                     continue
                 arm_level_done.add((level["arm"], metric))
-            chosen, others = _choose(candidates, claims)
+            chosen, others = choose(candidates, claims)
             if metric.endswith("_change_pct"):
                 base = _baseline_level(chosen, level, levels, claims, reverse)
                 base_mean = None if base is None else _mean(
@@ -251,7 +252,7 @@ def published_points(claims: Claims, metric: str, repeats: bool = False) -> pl.D
     for r in pub.to_dicts():
         key = (r["arm"], r["workload"], r["concurrency"], r["temperature"], r["repeat"])
         groups.setdefault(key, []).append(r)
-    chosen = [_choose(rows, claims)[0] for rows in groups.values()]
+    chosen = [choose(rows, claims)[0] for rows in groups.values()]
     out = pl.DataFrame(chosen, schema=pub.schema, orient="row") if chosen else pub.clear()
     return out.with_columns(pl.col("arm").replace_strict(reverse, default=None)
                             .alias("study_arm"))

@@ -132,14 +132,20 @@ def _where(nb: str, i: int, key: str = "") -> str:
     return f"claims.yaml: {nb}.checks[{i}]" + (f".{key}" if key else "")
 
 
-def _side(raw: Any, nb: str, i: int, key: str, inherit: Side | None = None) -> Side:
-    where = _where(nb, i, key)
+def _mapping(raw: Any, keys: set[str], where: str, what: str = "a mapping") -> dict:
+    """`raw` as a mapping of only `keys`, else the error naming where and what was found."""
     if not isinstance(raw, dict):
-        raise RuleError(f"{where}: expected a mapping with 'arm', found {raw!r}")
-    unknown = set(raw) - _SIDE_KEYS
+        raise RuleError(f"{where}: expected {what}, found {raw!r}")
+    unknown = set(raw) - keys
     if unknown:
         raise RuleError(f"{where}: unknown keys {sorted(unknown)}; expected some of "
-                        f"{sorted(_SIDE_KEYS)}")
+                        f"{sorted(keys)}")
+    return raw
+
+
+def _side(raw: Any, nb: str, i: int, key: str, inherit: Side | None = None) -> Side:
+    where = _where(nb, i, key)
+    _mapping(raw, _SIDE_KEYS, where, "a mapping with 'arm'")
     base = {} if inherit is None else {"workload": inherit.workload,
                                        "concurrency": inherit.concurrency,
                                        "temperature": inherit.temperature}
@@ -176,12 +182,7 @@ def parse_check(raw: Any, nb: str, i: int, known_arms: set[str], known_gates: se
                 study_arms: set[str] | None = None) -> Rule:
     """One `checks:` entry, validated."""
     where = _where(nb, i)
-    if not isinstance(raw, dict):
-        raise RuleError(f"{where}: expected a mapping, found {raw!r}")
-    unknown = set(raw) - _RULE_KEYS
-    if unknown:
-        raise RuleError(f"{where}: unknown keys {sorted(unknown)}; expected some of "
-                        f"{sorted(_RULE_KEYS)}")
+    _mapping(raw, _RULE_KEYS, where)
     if not isinstance(raw.get("claim"), str) or not raw["claim"].strip():
         raise RuleError(f"{where}.claim: expected the sub-claim in words")
     kind = raw.get("kind", "compare")

@@ -31,6 +31,7 @@ from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.gates import evaluate_gate
+from specrepro.analysis.overlay import choose
 from specrepro.analysis.rules import OUTCOMES, SYMBOLS, Rule, Side
 from specrepro.published import load_gates, load_published
 
@@ -182,6 +183,12 @@ def _measure(f: Finding, side: Side, other: Side | None, metric: str,
     return _Measured(vals, at["workload"], level, at["temperature"])
 
 
+def _pair(f: Finding, rule: Rule, empty_ok: bool = False) -> tuple[_Measured, _Measured]:
+    """Both sides of a rule, each at the levels the two share."""
+    return (_measure(f, rule.a, rule.b, rule.metric, empty_ok),
+            _measure(f, rule.b, rule.a, rule.metric, empty_ok))
+
+
 # ------------------------------------------------------------------- article side
 
 
@@ -213,16 +220,15 @@ def _pub_rows(claims: Claims, arm: str, metric: str, m: _Measured, side: Side,
 
 
 def _choose(rows: pl.DataFrame, claims: Claims) -> dict:
-    """Of several published rows for one point, the one claims.yaml prefers, else a
-    table's, else the first printed."""
-    dicts = rows.to_dicts()
-    for p in claims.prefer:
-        hit = [r for r in dicts if r["arm"] == p.arm and r["metric"] == p.metric
-               and p.source in r["source"]]
-        if hit:
-            return hit[0]
-    tables = [r for r in dicts if r["source"].startswith("table:")]
-    return (tables or dicts)[0]
+    """Of several published rows for one point, the one the overlay compares too."""
+    return choose(rows.to_dicts(), claims)[0]
+
+
+def _article_level(wanted, levels: list[int]):
+    """`lowest` / `highest` resolved on the article's own levels; a number or `any` as is."""
+    if wanted in ("lowest", "highest") and levels:
+        return levels[0] if wanted == "lowest" else levels[-1]
+    return wanted
 
 
 def _article_pair(claims: Claims, rule: Rule, ma: _Measured, mb: _Measured
@@ -237,10 +243,8 @@ def _article_pair(claims: Claims, rule: Rule, ma: _Measured, mb: _Measured
             raise _Untestable("the article prints no such figure for both arms")
         ra, rb = _choose(pa, claims), _choose(pb, claims)
         return ra["value"], rb["value"], None, (None, None)
-    levels = sorted(set(pa["concurrency"].to_list()) & set(pb["concurrency"].to_list()))
-    level = rule.a.concurrency
-    if level in ("lowest", "highest") and levels:
-        level = levels[0] if level == "lowest" else levels[-1]
+    level = _article_level(rule.a.concurrency, sorted(
+        set(pa["concurrency"].to_list()) & set(pb["concurrency"].to_list())))
     pa, pb = pa.filter(pl.col("concurrency") == level), pb.filter(pl.col("concurrency") == level)
     if not pa.height or not pb.height:
         raise _Untestable(f"the article prints no {tables.NAMES[rule.metric][0]} of both "
@@ -253,10 +257,8 @@ def _article_single(claims: Claims, side: Side, metric: str, m: _Measured) -> fl
     """The article's value of one arm at the side's level (on the article's own levels)."""
     rows = _pub_rows(claims, _article_arm(claims, side), metric, m, side) \
         .filter(pl.col("repeat").is_null())
-    levels = sorted(set(rows["concurrency"].drop_nulls().to_list()))
-    level = side.concurrency
-    if level in ("lowest", "highest") and levels:
-        level = levels[0] if level == "lowest" else levels[-1]
+    level = _article_level(side.concurrency,
+                           sorted(set(rows["concurrency"].drop_nulls().to_list())))
     if level != "any":
         rows = rows.filter(pl.col("concurrency") == level)
     if not rows.height:
@@ -303,24 +305,35 @@ def _ties(ma: _Measured, mb: _Measured) -> bool | None:
 # ------------------------------------------------------------------------ the kinds
 
 
-def _compare(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
-    unit = tables.NAMES[rule.metric][1]
-    ma = _measure(f, rule.a, rule.b, rule.metric)
-    mb = _measure(f, rule.b, rule.a, rule.metric)
+def _measured_change(ma: _Measured, mb: _Measured, unit: str) -> tuple[float, str]:
+    """The relative change of a's mean from b's (%), and it in words with both sides' runs."""
     change = metrics.relative_change_pct(ma.mean, mb.mean)
     if change is None:
         raise _Untestable("the reference arm measured zero")
+    return change, (f"{change:+.1f}% ({_runs(ma, unit)} against {_runs(mb, unit)}"
+                    f"{_at(ma.concurrency, ma.temperature, mb.temperature)})")
+
+
+def _article_change(claims: Claims, rule: Rule, ma: _Measured, mb: _Measured
+                    ) -> tuple[float | None, str]:
+    """The article's change between the rule's arms (%), and it in words."""
+    unit = tables.NAMES[rule.metric][1]
+    va, vb, level, temp = _article_pair(claims, rule, ma, mb)
+    change = metrics.relative_change_pct(va, vb)
+    return change, (f"{change:+.1f}% ({_num(va, unit)} against {_num(vb, unit)}"
+                    f"{_at(level, *temp)})")
+
+
+def _compare(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
+    unit = tables.NAMES[rule.metric][1]
+    ma, mb = _pair(f, rule)
+    change, measured = _measured_change(ma, mb, unit)
     tie = _ties(ma, mb)
     noise = {None: "1 run each: no spread measured", True: "inside the run-to-run range",
              False: "outside the run-to-run range"}[tie]
-    measured = (f"{change:+.1f}% ({_runs(ma, unit)} against {_runs(mb, unit)}"
-                f"{_at(ma.concurrency, ma.temperature, mb.temperature)})")
     res = CheckResult(rule.claim, "does not hold", measured=measured, rule=rule.text())
     try:
-        va, vb, level, temp = _article_pair(claims, rule, ma, mb)
-        art_change = metrics.relative_change_pct(va, vb)
-        res.article = (f"{art_change:+.1f}% ({_num(va, unit)} against {_num(vb, unit)}"
-                       f"{_at(level, *temp)})")
+        art_change, res.article = _article_change(claims, rule, ma, mb)
     except _Untestable as why:
         art_change, res.article = None, f"not printed ({why})"
     if rule.direction == "same":
@@ -365,8 +378,7 @@ def _rel_range(vals: list[float]) -> float:
 
 
 def _spread(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
-    ma = _measure(f, rule.a, rule.b, rule.metric)
-    mb = _measure(f, rule.b, rule.a, rule.metric)
+    ma, mb = _pair(f, rule)
     if len(ma.values) < 2 or len(mb.values) < 2:
         raise _Untestable("a spread needs at least two runs of each arm "
                           f"({len(ma.values)} and {len(mb.values)} measured)")
@@ -393,8 +405,7 @@ def _spread(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
 
 def _straddle(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
     unit = tables.NAMES[rule.metric][1]
-    ma = _measure(f, rule.a, rule.b, rule.metric)
-    mb = _measure(f, rule.b, rule.a, rule.metric)
+    ma, mb = _pair(f, rule)
     res = CheckResult(rule.claim, "does not hold", rule=rule.text(),
                       measured=f"runs {_num(ma.lo)}–{_num(ma.hi, unit)} ({len(ma.values)}) "
                                f"against a mean of {_num(mb.mean, unit)}"
@@ -443,14 +454,11 @@ def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
     if g["metric"] == "agg_tok_s_change_pct":
         ref = Side(arm=reverse.get(g["baseline_arm"], g["baseline_arm"]), workload=g["workload"],
                    concurrency=level, temperature=g["temperature"])
-        sub = _compare(f, claims, Rule(rule.claim, metric="agg_tok_s", a=side, b=ref))
-        ma = _measure(f, side, ref, "agg_tok_s")
-        mb = _measure(f, ref, side, "agg_tok_s")
-        value = metrics.relative_change_pct(ma.mean, mb.mean)
+        ma, mb = _pair(f, Rule(rule.claim, metric="agg_tok_s", a=side, b=ref))
+        value, res.measured = _measured_change(ma, mb, tables.NAMES["agg_tok_s"][1])
         passes = _OPS[g["op"]](value, g["threshold"])
         if passes and g["threshold"] > 0 and _ties(ma, mb):
             passes, res.reason = False, "the gain is inside the run-to-run range"
-        res.measured = sub.measured
     elif g["metric"] == "gsm8k_correct":
         part = _arm_cells(f, arm).filter(pl.col("workload") == "gsm8k")
         if level != "any":
@@ -516,14 +524,9 @@ def _article_only(f: Finding, claims: Claims, rule: Rule) -> str:
     if rule.kind != "compare":
         return ""
     try:
-        ma = _measure(f, rule.a, rule.b, rule.metric, empty_ok=True)
-        mb = _measure(f, rule.b, rule.a, rule.metric, empty_ok=True)
-        va, vb, level, temp = _article_pair(claims, rule, ma, mb)
+        return _article_change(claims, rule, *_pair(f, rule, empty_ok=True))[1]
     except _Untestable:
         return ""
-    unit = tables.NAMES[rule.metric][1]
-    change = metrics.relative_change_pct(va, vb)
-    return f"{change:+.1f}% ({_num(va, unit)} against {_num(vb, unit)}{_at(level, *temp)})"
 
 
 def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
