@@ -208,6 +208,26 @@ def level_stats(part: pl.DataFrame, x: str, value: str, factor: float = 1.0):
     return xs, st, runs
 
 
+def lines_by_streams(ax, f: Finding, cells: pl.DataFrame, value: str, styles: dict) -> None:
+    """Each arm's mean of `value` per number of streams (runs as dots, min-max bars), on the
+    streams axis of every level the cells measured."""
+    for label in labels_in(f, cells):
+        xs, s, runs = level_stats(cells.filter(pl.col("label") == label), "concurrency", value)
+        mean_line(ax, xs, s, styles[label], label, runs)
+    streams_axis(ax, cells["concurrency"].to_list())
+
+
+def changes_by_streams(ax, f: Finding, cells: pl.DataFrame, styles: dict,
+                       as_ratio: bool = False) -> None:
+    """Each arm but the baseline: its change against the baseline per number of streams (%,
+    or a ratio with `as_ratio`), from `change_stats`."""
+    base = f.study.baseline
+    for label in labels_in(f, cells):
+        if label != f.labels.get(base, base):
+            xs, s, runs = change_stats(cells, base, label, as_ratio=as_ratio)
+            mean_line(ax, xs, s, styles[label], label, runs)
+
+
 def change_stats(cells: pl.DataFrame, baseline: str, label: str, value: str = "agg_tok_s",
                  as_ratio: bool = False):
     """Per concurrency: an arm's change against the baseline arm's mean at the same level,

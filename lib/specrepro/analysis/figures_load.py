@@ -28,11 +28,7 @@ def load_sweep(f: Finding, claims: Claims) -> fc.plt.Figure:
     speculation, with the crossing of static 7 drafts marked."""
     st, c = fc.styles(f), f.cells
     fig, axes = fc.figure(3, (14, 5.2))
-    for label in fc.labels_in(f, c):
-        xs, s, runs = fc.level_stats(c.filter(pl.col("label") == label), "concurrency",
-                                     "agg_tok_s")
-        fc.mean_line(axes[0], xs, s, st[label], label, runs)
-    fc.streams_axis(axes[0], c["concurrency"].to_list())
+    fc.lines_by_streams(axes[0], f, c, "agg_tok_s", st)
     axes[0].set(title="measured (this engine)", xlabel="concurrent streams", ylabel=TPS)
     pub = published_points(claims, "agg_tok_s").filter(
         pl.col("workload") == claims.published_workload(c["workload"][0]))
@@ -40,10 +36,7 @@ def load_sweep(f: Finding, claims: Claims) -> fc.plt.Figure:
     axes[1].set(title=f"article {claims.article}", xlabel="concurrent streams", ylabel=TPS)
     base = f.study.baseline
     base_label = f.labels.get(base, base)
-    for label in fc.labels_in(f, c):
-        if label != base_label:
-            xs, s, runs = fc.change_stats(c, base, label, as_ratio=True)
-            fc.mean_line(axes[2], xs, s, st[label], label, runs)
+    fc.changes_by_streams(axes[2], f, c, st, as_ratio=True)
     for row in _published_against_base(pub, base, f.labels).to_dicts():
         color = st.get(f.labels.get(row["study_arm"]), {}).get("color", "black")
         fc.article_marker(axes[2], row["concurrency"], row["value"] / row["_b"], color)
@@ -100,11 +93,7 @@ def bill_chart(f: Finding, claims: Claims) -> fc.plt.Figure:
     axes[1].set(ylabel=f"KV pool against {f.labels.get(ref, ref)} (%)",
                 title="what the drafter costs in context")
     if f.has_power:
-        for label in fc.labels_in(f, c):
-            xs, s, runs = fc.level_stats(c.filter(pl.col("label") == label), "concurrency",
-                                         "tokens_per_joule")
-            fc.mean_line(axes[2], xs, s, st[label], label, runs)
-        fc.streams_axis(axes[2], c["concurrency"].to_list())
+        fc.lines_by_streams(axes[2], f, c, "tokens_per_joule", st)
         axes[2].set(xlabel="concurrent streams", ylabel="tokens per joule (tok/J)",
                     title="energy")
     else:

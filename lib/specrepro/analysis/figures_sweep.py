@@ -66,11 +66,7 @@ def block_sweep_speed(f: Finding, claims: Claims) -> fc.plt.Figure:
     baseline (MTP) in %, the article's gains marked in each arm's colour."""
     st, c = fc.styles(f), f.cells
     fig, axes = fc.figure(3, (13, 4.8))
-    for label in fc.labels_in(f, c):
-        xs, s, runs = fc.level_stats(c.filter(pl.col("label") == label), "concurrency",
-                                     "agg_tok_s")
-        fc.mean_line(axes[0], xs, s, st[label], label, runs)
-    fc.streams_axis(axes[0], c["concurrency"].to_list())
+    fc.lines_by_streams(axes[0], f, c, "agg_tok_s", st)
     axes[0].set(title=f"measured (this engine, {fc.temps(c)})", xlabel="concurrent streams",
                 ylabel=TPS)
     want = claims.compared_temperature(c["temperature"][0])
@@ -80,10 +76,7 @@ def block_sweep_speed(f: Finding, claims: Claims) -> fc.plt.Figure:
     axes[1].set(title=fc.article_tag(claims, c), xlabel="concurrent streams", ylabel=TPS)
     base = f.study.baseline
     base_label = f.labels.get(base, base)
-    for label in fc.labels_in(f, c):
-        if label != base_label:
-            xs, s, runs = fc.change_stats(c, base, label)
-            fc.mean_line(axes[2], xs, s, st[label], label, runs)
+    fc.changes_by_streams(axes[2], f, c, st)
     for row in _published_against_base(pub, base, f.labels).to_dicts():
         color = st.get(f.labels.get(row["study_arm"]), {}).get("color", "black")
         fc.article_marker(axes[2], row["concurrency"],
@@ -188,10 +181,7 @@ def step_time(f: Finding, claims: Claims) -> fc.plt.Figure:
                                               c["per_stream_tok_s"].to_list(), strict=True)],
         dtype=pl.Float64))
     fig, axes = fc.figure(2, (12, 4.6))
-    for label in fc.labels_in(f, runs):
-        xs, s, r = fc.level_stats(runs.filter(pl.col("label") == label), "concurrency", "_step")
-        fc.mean_line(axes[0], xs, s, st[label], label, r)
-    fc.streams_axis(axes[0], c["concurrency"].to_list())
+    fc.lines_by_streams(axes[0], f, runs, "_step", st)
     axes[0].set(title=f"measured (this engine, {fc.temps(c)})", xlabel="concurrent streams",
                 ylabel="step time (ms per target step)")
     want = claims.compared_temperature(c["temperature"][0])
