@@ -10,8 +10,10 @@ Design:
 - Acceptance has three sources (`acceptance`): the engine's counter deltas in vLLM's names
   (vLLM and the embedded engine), SGLang's per-response fields summed over the requests
   (`sglang_counts`; 0.5.23 returns them under `sglext.spec_tokens_details`, 0.5.14 only
-  in its native `/generate`'s `meta_info`, which the load generator does not send, never in
-  its OpenAI responses), or the transformers peer's own counts. Where SGLang's responses carry none, its counters give tokens per step
+  in its native `/generate`'s `meta_info`, which the load generator sends where a profile
+  says `api: native` (`sglang_native_details`, with the warning SGLANG_FROM_NATIVE naming
+  the source), never in its OpenAI responses), or the transformers peer's own counts.
+  Where SGLang's responses carry none, its counters give tokens per step
   (`sglang_counter_counts`), and what it does not count (draft tokens, per position) is
   None with the warning "not counted by this engine", never a zero.
 - Latency (`latency_fields`): TTFT and end-to-end percentiles, and inter-token latency two
@@ -57,6 +59,19 @@ SGLANG_FROM_COUNTERS = (
     "output stops at max_tokens inside a step")
 SGLANG_NO_POSITIONS = (f"num_draft_tokens, draft_acceptance_rate and per_position_acceptance: "
                        f"{NOT_COUNTED} (SGLang has no per-position counter)")
+SGLANG_FROM_NATIVE = (
+    "acceptance from SGLang's native /generate meta_info, per request, summed over {n} "
+    "requests: acceptance_length = 1 + Σspec_num_correct_drafts / Σspec_verify_ct (vLLM's "
+    "footing; SGLang's own spec_accept_length, Σcompletion_tokens / Σspec_verify_ct, is "
+    "{own}), per position from spec_correct_drafts_histogram")
+SGLANG_NATIVE_SPEED = ("requests sent to SGLang's native /generate (profile api: native): "
+                       "its latency and throughput lack the OpenAI layer and are not those "
+                       "of the OpenAI routes")
+# SGLang 0.5.14 writes each of these under two names (tokenizer_manager.py:2333-2352);
+# the first is the one 0.5.23 keeps
+SGLANG_ALIASES = {"spec_num_correct_drafts": "spec_accepted_drafts",
+                  "spec_num_proposed_drafts": "spec_proposed_drafts",
+                  "spec_correct_drafts_histogram": "spec_accept_histogram"}
 
 
 def acceptance(delta: promtext.SpecCounters | None, records: Sequence[RequestRecord],
@@ -94,12 +109,43 @@ def sglang_details(records: Sequence[RequestRecord], warnings: list[str]) -> lis
     the fields of a native response's `meta_info`), or None unless every one has them: a
     partial sum would pass for the cell's."""
     ok = [r for r in records if r.ok]
+    native = [(r.spec or {}).get("sglang_meta") for r in ok]
+    if ok and all(m is not None for m in native):
+        return sglang_native_details(native, warnings)
     found = [((r.spec or {}).get("sglext") or {}).get("spec_tokens_details") for r in ok]
     have = [d for d in found if d and "spec_verify_ct" in d]
     if have and len(have) < len(ok):
         warnings.append(f"{len(have)} of {len(ok)} SGLang responses carried per-request "
                         "acceptance fields: they are not used")
     return have if have and len(have) == len(ok) else None
+
+
+def sglang_native_details(metas: Sequence[dict], warnings: list[str]) -> list[dict] | None:
+    """The speculative fields of native `/generate` responses (the final meta_info of each,
+    loadgen.NativeStreamTimer) under 0.5.23's names. SGLang writes them only for a request
+    that had a verify step (0.5.14 managers/tokenizer_manager.py:2312-2316), so where some
+    responses have them, one without is a request all of whose tokens came from its
+    prefill: 0 steps, 0 drafts, nothing to add. None where none has them (no speculation)."""
+    named = []
+    for meta in metas:
+        d = dict(meta)
+        for name, alias in SGLANG_ALIASES.items():
+            if d.get(name) is None and d.get(alias) is not None:
+                d[name] = d[alias]
+        named.append(d)
+    have = [d for d in named if d.get("spec_verify_ct")]
+    if not have:
+        return None
+    if len(have) < len(named):
+        warnings.append(f"{len(named) - len(have)} of {len(named)} SGLang /generate responses "
+                        "had no verify step (no spec_verify_ct: every token from the prefill) "
+                        "and add no step and no draft")
+    steps = sum(d["spec_verify_ct"] for d in have)
+    tokens = [d.get("completion_tokens") for d in named]
+    own = (f"{sum(tokens) / steps:.4g}" if all(t is not None for t in tokens)
+           else "unknown (a response without completion_tokens)")
+    warnings.append(SGLANG_FROM_NATIVE.format(n=len(named), own=own))
+    return have
 
 
 def sglang_counts(details: Sequence[dict], k: int | None = None):
@@ -286,6 +332,8 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
                          and delta.generation_tokens is not None else result.tokens_in_span())
     agg = metrics.agg_tok_s(output_tokens, result.wall_s)
     per_stream = metrics.per_stream_tok_s(agg, cell.concurrency)
+    if getattr(p, "api", "openai") == "native" and SGLANG_NATIVE_SPEED not in warnings:
+        warnings.append(SGLANG_NATIVE_SPEED)
     spec = p.speculative
     acc = acceptance(delta, records, eng.family, warnings,
                      spec.num_speculative_tokens if spec else None)

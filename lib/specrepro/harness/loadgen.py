@@ -22,6 +22,40 @@ Design:
 - A failed request (HTTP error, an error event in the stream, a dropped connection, a
   timeout) is recorded with its error, never raised. Records are appended to
   `LoadGenerator.records` as they finish, so whoever interrupts a run keeps them.
+- `LoadConfig.api = "native"` (a profile's `api`, SGLang only, completion-form prompts
+  only) streams SGLang's own `POST /generate` instead of `/v1/completions`: it returns the
+  output token ids and, in its last chunk, the request's speculative figures
+  (`native_request_body`, `NativeStreamTimer`). Read from the SGLang 0.5.14 wheel
+  (`sglang-0.5.14-cp312-cp312-manylinux_2_34_x86_64.whl`, `_version.py` 0.5.14):
+  - `sglang/srt/entrypoints/http_server.py:764-803`: each output is one event
+    `data: <json>` (`:778`); a ValueError mid-stream becomes one
+    `data: {"error": {"message", "type", "code", ...}}` (`:787-796`); the stream always ends
+    `data: [DONE]` (`:797`). Errors before the stream starts are plain HTTP errors.
+  - `sglang/srt/managers/tokenizer_manager.py:1861-1893`: every chunk has a `meta_info`
+    (`id`, `finish_reason` (null until the end), `prompt_tokens`, `completion_tokens`: the
+    tokens so far, `cached_tokens`, ...). `:1945-1989`: with `--incremental-streaming-output`
+    off (its default, `sglang/srt/server_args.py:965-968`) `text` and `output_ids` are
+    **cumulative** (the whole output so far; an intermediate chunk's text is filled in at
+    `:1474-1482`, and of several queued chunks only the last is sent, `:1468`); with it on
+    they are the chunk's **increment** (queued ones concatenated, `:1344-1379`).
+    `completion_tokens` is len(output ids so far) in both
+    (`managers/scheduler_components/output_streamer.py:359-372`), so the timer tells the two
+    apart by it and splits each chunk's gap over `completion_tokens` − the previous.
+  - `:2052-2062`: the speculative fields go into the **finished** chunk's meta_info only
+    (`_calculate_spec_decoding_metrics`, `:2301-2352`: `spec_verify_ct`,
+    `spec_num_correct_drafts` (alias `spec_accepted_drafts`), `spec_num_proposed_drafts`
+    = verify_ct × (num_draft_tokens − 1) (alias `spec_proposed_drafts`),
+    `spec_accept_rate`, `spec_accept_length` = completion_tokens / spec_verify_ct,
+    `spec_correct_drafts_histogram` (alias `spec_accept_histogram`)); none at all when the
+    request had no verify step (`:2312-2316`).
+  - `finish_reason` is `{"type": "stop", "matched": ...}`, `{"type": "length", "length": n}`
+    or `{"type": "abort", "message", "status_code", "err_type"}`
+    (`managers/schedule_batch.py:154-215`); stop and length are OpenAI's words, abort is
+    recorded as the request's error.
+  - `sglang/srt/sampling/sampling_params.py:71-98`: `max_new_tokens`, `stop`, `temperature`
+    (default 1.0), `top_p`, `top_k`, `ignore_eos`, `sampling_seed`; the OpenAI completions
+    route maps `seed` to `sampling_seed` (`entrypoints/openai/serving_completions.py:162`),
+    so both paths send the same requests.
 """
 
 from __future__ import annotations
@@ -49,6 +83,12 @@ ENGINE_FEATURES: dict[str, dict[str, bool]] = {
     "generic": {"continuous_usage_stats": False, "return_token_ids": False},
 }
 
+APIS = ("openai", "native")  # LoadConfig.api; native: SGLang's /generate (module docstring)
+NATIVE_ENGINES = ("sglang",)
+NATIVE_PATH = "/generate"
+# SGLang's finish_reason.type in OpenAI's words (`abort` is an error, not a finish)
+NATIVE_FINISH = {"stop": "stop", "length": "length"}
+
 
 def request_seed(cell_seed: int, prompt_index: int) -> int:
     """The seed of one request: deterministic in (cell seed, prompt index), < 2**31."""
@@ -75,6 +115,7 @@ class LoadConfig:
     engine: str = "vllm"  # which request features to use (ENGINE_FEATURES)
     extra_body: dict = field(default_factory=dict)  # e.g. SGLang's return_spec_tokens_details
     request_timeout_s: float = 600.0
+    api: str = "openai"  # openai | native (SGLang's POST /generate; APIS)
 
     @property
     def features(self) -> dict[str, bool]:
@@ -99,7 +140,9 @@ class RequestRecord:
     token_ids: list[int] | None = None
     finish_reason: str | None = None
     error: str | None = None
-    spec: dict | None = None  # per-response acceptance fields (vLLM metrics, SGLang sglext)
+    # per-response acceptance fields: vLLM `metrics`, SGLang `sglext`, or `sglang_meta` (the
+    # speculative fields and token counts of a native /generate's final meta_info)
+    spec: dict | None = None
     warmup: bool = False
 
     @property
@@ -181,8 +224,87 @@ class StreamTimer:
             r.completion_tokens = len(r.token_ids) if r.token_ids is not None else self.counted
 
 
+class NativeStreamTimer(StreamTimer):
+    """The chunks of SGLang's native `/generate` stream (module docstring): output ids and
+    text cumulative or incremental (told apart by meta_info.completion_tokens), the token
+    count of a chunk from completion_tokens, the finish reason in OpenAI's words and the
+    final meta_info's speculative fields in `record.spec["sglang_meta"]`."""
+
+    META_KEYS = ("completion_tokens", "prompt_tokens", "cached_tokens", "e2e_latency")
+
+    def chunk(self, body: dict, now: float) -> None:
+        r = self.r
+        if "error" in body and "meta_info" not in body:
+            err = body["error"]
+            r.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            return
+        meta = body.get("meta_info") or {}
+        total = meta.get("completion_tokens")
+        total = int(total) if total is not None else None
+        seen = r.token_ids or []
+        ids, piece = body.get("output_ids"), body.get("text")
+        if ids is not None:
+            ids = [int(t) for t in ids]
+            if total is not None:
+                cumulative = len(ids) == total and total >= len(seen)
+            else:  # no count: cumulative where the chunk repeats what came before
+                cumulative = len(ids) >= len(seen) > 0 and ids[:len(seen)] == seen
+            r.token_ids = ids if cumulative else seen + ids
+            if piece is not None:
+                r.text = piece if cumulative else r.text + piece
+        elif piece is not None:  # no ids (not SGLang 0.5.14's format): text increments
+            r.text += piece
+        if total is not None:
+            m = total - self.usage_tokens
+            self.usage_tokens = r.completion_tokens = total
+        else:
+            m = len(r.token_ids or []) - self.counted
+        if meta.get("prompt_tokens") is not None:
+            r.prompt_tokens = int(meta["prompt_tokens"])
+        finish = meta.get("finish_reason")
+        if finish is not None:
+            kind = finish.get("type") if isinstance(finish, dict) else str(finish)
+            if kind in NATIVE_FINISH:
+                r.finish_reason = NATIVE_FINISH[kind]
+            else:
+                r.finish_reason = kind
+                why = finish.get("message") if isinstance(finish, dict) else None
+                code = finish.get("status_code") if isinstance(finish, dict) else None
+                r.error = (f"SGLang finished the request with {kind!r}"
+                           + (f" (status {code})" if code is not None else "")
+                           + (f": {why}" if why else ""))
+            kept = {k: v for k, v in meta.items()
+                    if k.startswith("spec_") or k in self.META_KEYS}
+            r.spec = {**(r.spec or {}), "sglang_meta": kept}
+        if m > 0:
+            self.tokens(m, now)
+
+
+def native_request_body(prompt: Prompt, cfg: LoadConfig, seed: int) -> tuple[str, dict]:
+    """(path, JSON body) of one streaming SGLang `/generate` request: the prompt's text and
+    SGLang's sampling_params (module docstring). Output ids and meta_info come with every
+    chunk unasked; nothing else is needed for them."""
+    if prompt.form == "chat":
+        raise ValueError(f"api native (SGLang's /generate) takes completion-form prompts; "
+                         f"prompt {prompt.id!r} of workload {prompt.workload!r} is chat-form")
+    params: dict[str, Any] = {
+        "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
+        "max_new_tokens": prompt.max_tokens,  # SGLang's default is 128
+        "sampling_seed": seed,  # what its OpenAI route makes of `seed`
+    }
+    if cfg.ignore_eos:
+        params["ignore_eos"] = True
+    if prompt.stop:
+        params["stop"] = list(prompt.stop)
+    # cfg.extra_body is for the OpenAI routes (SGLang's return_spec_tokens_details, a field
+    # GenerateReqInput lacks): not sent here
+    return NATIVE_PATH, {"text": prompt.text, "sampling_params": params, "stream": True}
+
+
 def request_body(prompt: Prompt, cfg: LoadConfig, seed: int) -> tuple[str, dict]:
     """(path, JSON body) of one streaming request for a prompt."""
+    if cfg.api == "native":
+        return native_request_body(prompt, cfg, seed)
     feats = cfg.features
     body: dict[str, Any] = {
         "model": cfg.model, "stream": True, "seed": seed,
@@ -254,6 +376,11 @@ class LoadGenerator:
             raise ValueError(f"load mode: expected 'requests' or 'window', found {cfg.mode!r}")
         if cfg.mode == "window" and not cfg.window_s:
             raise ValueError("load mode 'window': expected window_s > 0, found none")
+        if cfg.api not in APIS:
+            raise ValueError(f"load api: expected one of {list(APIS)}, found {cfg.api!r}")
+        if cfg.api == "native" and cfg.engine not in NATIVE_ENGINES:
+            raise ValueError(f"load api 'native' is SGLang's /generate: expected engine "
+                             f"{' or '.join(NATIVE_ENGINES)}, found {cfg.engine!r}")
         self.cfg = cfg
         self.records: list[RequestRecord] = []
         self.warmup_records: list[RequestRecord] = []
@@ -266,6 +393,10 @@ class LoadGenerator:
         if not prompts:
             raise ValueError("load generator: no prompts to send")
         cfg = self.cfg
+        chat = sorted({p.workload for p in prompts if p.form == "chat"})
+        if cfg.api == "native" and chat:
+            raise ValueError(f"load api 'native' (SGLang's /generate) takes completion-form "
+                             f"prompts; workload {', '.join(map(repr, chat))} is chat-form")
         limit = max(cfg.concurrency, 1) * 2  # headroom: a closing connection never blocks one
         timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=10)
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
@@ -331,7 +462,7 @@ class LoadGenerator:
         seed = request_seed(self.cfg.seed + (10**6 if warmup else 0), idx)
         record = RequestRecord(idx, prompt.id, seed, warmup=warmup)
         path, body = request_body(prompt, self.cfg, seed)
-        timer = StreamTimer(record)
+        timer = NativeStreamTimer(record) if self.cfg.api == "native" else StreamTimer(record)
         record.started = time.monotonic()
         try:
             async with session.post(path, json=body) as resp:

@@ -29,7 +29,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
-from specrepro.params.errors import Expect, _duplicates, _one_of
+from specrepro.params.errors import Expect, ParamsError, Problem, _duplicates, _one_of
 from specrepro.params.tree import Tree
 from specrepro.speculative import METHODS, check_schedule, draft_tokens_at
 
@@ -146,6 +146,11 @@ class Profile(Strict):
     article_arm: str | None = None
     return_spec_details: bool | None = None  # SGLang: acceptance from per-response fields
     attached_engine: Literal["vllm", "sglang", "embedded"] | None = None  # attach: who answers
+    # Which HTTP API the load generator speaks: "openai" (/v1/completions, chat) or "native"
+    # (SGLang's POST /generate: token ids and per-request acceptance in meta_info, for
+    # completion-form workloads only; harness/loadgen.py). The default is left out of the
+    # profile's identity, so cells measured before the key existed keep theirs.
+    api: Literal["openai", "native"] = Field(default="openai", exclude_if=lambda v: v == "openai")
 
     _source: str | None = None  # the file it was loaded from (set by the loaders)
 
@@ -185,6 +190,9 @@ class Profile(Strict):
                     (f"expected it only on sglang, found it on {self.engine}"),
                 )
             )
+        if self.api == "native" and self.engine != "sglang":
+            why = f"expected 'openai' for {self.engine} (api 'native' is SGLang's /generate)"
+            out.append((("api",), f"{why}, found 'native'"))
         if self.engine != "attach" and self.attached_engine is not None:
             out.append(
                 (("attached_engine",), f"expected it only on attach, found it on {self.engine}")
@@ -457,6 +465,28 @@ class ResolvedStudy(Study):
     arms: list[ResolvedArm]
     notebook_id: str
     source: str  # the file that defined the study
+
+    @classmethod
+    def model_validate(cls, obj, *args, **kwargs) -> ResolvedStudy:
+        """Validated as any model, then the checks across the study and its arms' profiles
+        (a ParamsError naming the profile file, not pydantic's dump of the whole study)."""
+        study = super().model_validate(obj, *args, **kwargs)
+        problems = study.api_problems()
+        if problems:
+            raise ParamsError(problems, f"resolving notebook {study.notebook_id}")
+        return study
+
+    def api_problems(self) -> list[Problem]:
+        """An arm whose profile says `api: native` (SGLang's /generate, which takes a text,
+        not messages; harness/loadgen.py) on a chat-form workload."""
+        return [Problem(a.resolved.source or f"profile {a.resolved.name}", "api",
+                        f"expected 'openai' for arm {a.name!r} of study {self.name!r} "
+                        f"({self.source}), whose workload {w.name!r} is chat-form (api "
+                        f"'native' is SGLang's /generate: completion-form prompts only; or "
+                        f"set that workload's form: completion), found 'native' in profile "
+                        f"{a.resolved.name!r}")
+                for a in self.arms if a.resolved.api == "native"
+                for w in self.workloads if w.form == "chat"]
 
 
 NOTEBOOK_IDS = (
