@@ -348,9 +348,10 @@ class ResultStore:
             "models": [],
             **jsonable(dict(manifest_info or {})),
         }
-        manifest = self.manifest()
-        manifest["sessions"].append(session)
-        _write_json(manifest, self.manifest_path)
+        with _locked(self.root):  # another session may be editing it (runner: --arm)
+            manifest = self.manifest()
+            manifest["sessions"].append(session)
+            _write_json(manifest, self.manifest_path)
         return session
 
     def update_session(self, **info: Any) -> dict[str, Any]:
@@ -386,10 +387,12 @@ class ResultStore:
     def _edit_session(self, change: Any) -> dict[str, Any]:
         if self.session_id is None:
             raise ResultsError(f"{self.root}: no session begun (call begin_session first)")
-        manifest = self.manifest()
-        session = next(s for s in manifest["sessions"] if s["session_id"] == self.session_id)
-        change(session)
-        _write_json(manifest, self.manifest_path)
+        with _locked(self.root):
+            manifest = self.manifest()
+            session = next(s for s in manifest["sessions"]
+                           if s["session_id"] == self.session_id)
+            change(session)
+            _write_json(manifest, self.manifest_path)
         return session
 
     # -- attempts -----------------------------------------------------------------
@@ -528,8 +531,30 @@ class ResultStore:
 
 
 @contextlib.contextmanager
+def settled(root: Path):
+    """Shared locks on a store's root and table folders: no merge and no manifest edit
+    runs while it is held, so a copy taken under it (an archive) never misses a part that
+    another session's merge is folding into its session file, nor meets a manifest's
+    temporary file that vanishes as it is read."""
+    import fcntl
+
+    fds = []
+    try:
+        for folder in (Path(root), Path(root) / "cells", Path(root) / "requests"):
+            if folder.is_dir():
+                fds.append(os.open(folder, os.O_RDONLY))
+                fcntl.flock(fds[-1], fcntl.LOCK_SH)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@contextlib.contextmanager
 def _locked(folder: Path):
-    """An exclusive flock on a table folder for the length of a merge."""
+    """An exclusive flock on a folder: a table folder for the length of a merge, the
+    store's root for a read-modify-write of its manifest (sessions of one store may run
+    at once: `specrepro run --arm`)."""
     import fcntl  # POSIX, as the harness is; imported here so reading needs none of it
 
     fd = os.open(folder, os.O_RDONLY)

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specrepro.results import ResultStore, now
+from specrepro.results import ResultStore, now, settled
 
 WATCH_S = 0.25  # the deadline's watchdog re-reads the deadline at least this often
 
@@ -127,8 +127,9 @@ class Archive:
             with os.fdopen(fd, "wb") as fh:
                 with tarfile.open(fileobj=fh, mode="w:gz") as tar:
                     for root, name in self.stores.items():
-                        if root.is_dir():
-                            tar.add(root, arcname=name, filter=_not_temporary)
+                        if root.is_dir():  # other sessions of the store may be merging
+                            with settled(root):
+                                _add_store(tar, root, name)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
@@ -138,9 +139,20 @@ class Archive:
             raise
 
 
-def _not_temporary(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    # the store writes `.<name>.tmp` and then links or renames it: never part of the store
-    return None if Path(info.name).name.startswith(".") else info
+def _add_store(tar: tarfile.TarFile, root: Path, name: str) -> None:
+    """A store's folders and files under `name`, without temporary files (the store writes
+    `.<name>.tmp` and then links or renames it: never part of the store). Another session
+    writing to the store may remove its temporary file between the listing and the read,
+    so a file that is gone by then is left out, never an error."""
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        rel = Path(folder).relative_to(root)
+        tar.add(folder, arcname=str(Path(name) / rel), recursive=False)
+        for f in sorted(files):
+            if f.startswith("."):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                tar.add(Path(folder) / f, arcname=str(Path(name) / rel / f), recursive=False)
 
 
 def seconds_arg(text: str) -> float:

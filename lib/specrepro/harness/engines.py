@@ -203,9 +203,10 @@ class EngineAdapter:
 
     # -- lifecycle
     def launch(self, profile: Profile, log_dir: str | Path, source: str | Path | None = None,
-               placement: Placement | None = None) -> EngineHandle:
+               placement: Placement | None = None, log_name: str | None = None) -> EngineHandle:
         """Start the engine and return once it is ready; on any failure nothing is left
-        running. A pinned placement puts the process on its engine CPUs (module docstring)."""
+        running. A pinned placement puts the process on its engine CPUs (module docstring).
+        The log is `<log_dir>/<log_name or profile name>.log`, appended to."""
         argv = self.render_argv(profile, source)
         pinned = placement is not None and placement.pinned
         if pinned and self.threads_flag and placement.threads is not None and not any(
@@ -217,15 +218,17 @@ class EngineAdapter:
                               f"{profile.host}:{profile.port}; stop it or change the port")
         log_dir = Path(log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = log_dir / f"{profile.name}.log"
+        log_path = log_dir / f"{log_name or profile.name}.log"
         with log_path.open("ab") as log:
+            offset = log.tell()  # appended to by every launch: this one's lines start here
             log.write(f"$ {' '.join(argv)}\n".encode())
             log.flush()
             with thread_affinity(placement.engine_cpus if pinned else None):
                 process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, start_new_session=True,
                                            env={**os.environ, **profile.env})
-        handle = EngineHandle(profile, self, url, process, log_path, argv)  # now live: stopped at exit
+        handle = EngineHandle(profile, self, url, process, log_path, argv,  # now live: stopped at exit
+                              log_offset=offset)
         handle.placement = self.checked_placement(placement, process.pid)
         try:
             self.wait_ready(handle, profile.ready_timeout_s)
@@ -259,8 +262,7 @@ class EngineAdapter:
         while True:
             if handle.process is not None and handle.process.poll() is not None:
                 tail = handle.log_tail()
-                cause = startup_error(handle.log_path.read_text(errors="replace")) \
-                    if handle.log_path is not None and handle.log_path.exists() else None
+                cause = startup_error(handle.log_text()) or None
                 raise EngineError(
                     f"profile {handle.profile.name!r}: the engine exited with code "
                     f"{handle.process.returncode} before it was ready"
@@ -285,7 +287,7 @@ class EngineAdapter:
         expected one, or /metrics does not answer."""
         handle.version = self.version(handle.url)
         if handle.log_path is not None:
-            handle.startup = self.parse_log(handle.log_path.read_text(errors="replace"))
+            handle.startup = self.parse_log(handle.log_text())
         handle.warnings += facts_warnings(handle, self.kind, self.routes)
 
 
@@ -544,7 +546,7 @@ class AttachAdapter(EngineAdapter):
 
     def launch(self, profile: Profile, log_dir: str | Path | None = None,
                source: str | Path | None = None,
-               placement: Placement | None = None) -> EngineHandle:
+               placement: Placement | None = None, log_name: str | None = None) -> EngineHandle:
         """Reach the running engine; placement is not this harness's to choose (the
         runner records why)."""
         handle = EngineHandle(profile, self, self.url(profile), placement=placement)
@@ -610,6 +612,6 @@ def render_argv(profile: Profile, source: str | Path | None = None) -> list[str]
 
 
 def launch(profile: Profile, log_dir: str | Path, source: str | Path | None = None,
-           placement: Placement | None = None) -> EngineHandle:
+           placement: Placement | None = None, log_name: str | None = None) -> EngineHandle:
     """Start (or attach to) the profile's engine; use as `with launch(p, dir) as engine:`."""
-    return adapter_for(profile).launch(profile, log_dir, source, placement)
+    return adapter_for(profile).launch(profile, log_dir, source, placement, log_name)

@@ -322,6 +322,16 @@ class EngineHandle:
     warnings: list[str] = field(default_factory=list)
     attached: str | None = None  # attach: the engine found behind the URL
     placement: Placement | None = None  # where the launched engine runs (plan_placement)
+    log_offset: int = 0  # where this launch's lines begin: the log is appended to per run
+
+    def log_text(self) -> str:
+        """This launch's part of the log (earlier launches' lines are never parsed as its
+        startup facts), or "" without one."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        with self.log_path.open("rb") as fh:
+            fh.seek(self.log_offset)
+            return fh.read().decode(errors="replace")
 
     def __post_init__(self) -> None:
         if self.process is not None:  # a process started here is stopped at exit at the latest
@@ -336,9 +346,7 @@ class EngineHandle:
         return self.process is None or self.process.poll() is None
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(self.log_text().splitlines()[-lines:])
 
     def metrics_text(self) -> str | None:
         status, body = http_get(f"{self.url}/metrics", timeout=10.0)

@@ -28,6 +28,10 @@ Design:
   engine's entry carries its own.
 - Relative paths in profiles (model, drafter) are relative to the working directory,
   which should be the repository root (engines are started there too).
+- `--arm NAME` runs only those arms' cells. Several such processes may share one store at
+  once (the manifest is edited under a lock, each session writes its own parts): the way
+  acceptance-only arms share one GPU, each engine on a port of its own (say so in the
+  study: speed measured beside other engines is not a speed figure).
 - At the session's end the store merges the session's part files into one file per table
   (`results.ResultStore.end_session`).
 - A deadline (`Deadline`: `--deadline-s S`, `--until TIME`) ends the run cleanly before it,
@@ -220,7 +224,10 @@ def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
 
         return ArmEngine(arm, peer=TransformersPeer(profile, root).load(),
                          peer_placement=placement)
-    return ArmEngine(arm, handle=engines.launch(profile, log_dir, profile.source, placement))
+    # one log per arm and profile: arms that share a profile (the block drafter at 3 and 5
+    # drafts) may run at once (`--arm`), and each launch parses its own lines
+    return ArmEngine(arm, handle=engines.launch(profile, log_dir, profile.source, placement,
+                                                log_name=f"{arm.name}--{profile.name}"))
 
 
 def session_placement(placements: dict[str, process.Placement]) -> dict:
@@ -265,7 +272,7 @@ def load_config(study: ResolvedStudy, cell: Cell, eng: ArmEngine, timeout_s: flo
         ignore_eos=study.ignore_eos, thinking=study.thinking,
         reasoning_effort=study.reasoning_effort,
         engine=eng.family if eng.family in promtext.ENGINE_FAMILY else "vllm",
-        extra_body=extras, request_timeout_s=timeout_s)
+        extra_body=extras, request_timeout_s=timeout_s, api=p.api)
 
 
 def died_message(eng: ArmEngine, records: Sequence[RequestRecord]) -> str:
@@ -335,31 +342,42 @@ class _AtDeadline(Exception):
 def run_study(study: ResolvedStudy, store: ResultStore, *, root: Path | str = ".",
               fresh: bool = False, progress: bool = True, power_interval_s: float = 2.0,
               request_timeout_s: float = 600.0, command: list[str] | None = None,
-              deadline: Deadline | None = None, archive: Archive | None = None) -> RunSummary:
-    """Measure every cell of a resolved study that the store lacks, before the deadline if
-    one is given, rewriting the archive as it goes; see the module docstring."""
-    bar = tqdm(total=sum(1 for _ in study.cells()), desc=study.name, unit="cell",
-               disable=not progress)
+              deadline: Deadline | None = None, archive: Archive | None = None,
+              arms: Sequence[str] = ()) -> RunSummary:
+    """Measure every cell of a resolved study that the store lacks (of the named arms
+    only, where `arms` names some), before the deadline if one is given, rewriting the
+    archive as it goes; see the module docstring."""
+    names = [a.name for a in study.arms]
+    unknown = [a for a in arms if a not in names]
+    if unknown:
+        raise ParamsError([Problem(study.source, "arms", f"--arm: expected an arm of study "
+                                   f"{study.name} ({', '.join(names)}), found {unknown[0]!r}")])
+    chosen = set(arms or names)
+    bar = tqdm(total=sum(1 for c in study.cells() if c.arm.name in chosen), desc=study.name,
+               unit="cell", disable=not progress)
     ctx = _Run(study, store, bar, power_interval_s, request_timeout_s,
                [IGNORE_EOS_WARNING] if study.ignore_eos else [],
                set() if fresh else store.completed_cell_ids(), deadline, archive)
     with ctrl_c_raises():
-        return _run_study(ctx, Path(root), command)
+        return _run_study(ctx, Path(root), command, chosen)
 
 
-def _run_study(ctx: _Run, root: Path, command: list[str] | None) -> RunSummary:
+def _run_study(ctx: _Run, root: Path, command: list[str] | None,
+               chosen: set[str]) -> RunSummary:
     study, store, summary, bar = ctx.study, ctx.store, ctx.summary, ctx.bar
     cpus = process.allowed_cpus()  # before any pinning: what the machine gives this process
     placements: dict[str, process.Placement] = {}
     store.begin_session({"params": study.model_dump(mode="json"), "command": command,
                          "power_note": power.nvml_note(), "warnings": ctx.warnings,
                          "placement": session_placement(placements),
-                         "deadline": ctx.deadline.record() if ctx.deadline else None})
+                         "deadline": ctx.deadline.record() if ctx.deadline else None,
+                         "arms_run": sorted(chosen) if len(chosen) < len(study.arms) else None})
     if ctx.archive is not None:
         ctx.archive.add(store)
     ctx.save()
-    arms = sorted(study.arms, key=lambda a: a.name != study.baseline)
-    all_cells = list(study.cells())
+    arms = [a for a in sorted(study.arms, key=lambda a: a.name != study.baseline)
+            if a.name in chosen]
+    all_cells = [c for c in study.cells() if c.arm.name in chosen]
     try:
         for arm in arms:
             cells = [c for c in all_cells if c.arm.name == arm.name]
@@ -530,8 +548,9 @@ def append(store, study, cell, cid, eng, result, report, prompts, warnings, stat
 
 
 def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[ResolvedStudy, Path, str]]:
-    """(study, results dir, run id) for a suite (its notebooks, or those named) or a study
-    file (its arms' profiles from the `profiles/` folder beside its folder)."""
+    """(study, results dir, run id) for a suite (its notebooks, or the notebooks and
+    studies named) or a study file (its arms' profiles from the `profiles/` folder beside
+    its folder)."""
     path = Path(path)
     tree = read_tree(path)
     if "notebooks" in tree.data:
@@ -556,8 +575,13 @@ def main(argv: list[str] | None = None) -> int:
     [--fresh] [--deadline-s S | --until TIME] [--cell-bound-s S] [--archive PATH]`."""
     ap = argparse.ArgumentParser(prog="specrepro run", description=__doc__.splitlines()[0])
     ap.add_argument("params", help="a suite (params/default.yaml) or a study file")
-    ap.add_argument("--notebook", action="append", default=[],
-                    help="only this notebook's study (a suite's notebook id; repeatable)")
+    ap.add_argument("--notebook", "--study", action="append", default=[], dest="notebook",
+                    help="only this notebook's study, or a study of the suite's `studies:` "
+                         "(run only when named); repeatable")
+    ap.add_argument("--arm", action="append", default=[],
+                    help="only this arm's cells (repeatable): several `specrepro run --arm` "
+                         "processes may share one store, e.g. acceptance-only arms sharing "
+                         "a GPU, each engine on its own port")
     ap.add_argument("--results-dir", default=None, help="overrides the suite's results_dir")
     ap.add_argument("--run-id", default=None, help="overrides the suite's run_id")
     ap.add_argument("--fresh", action="store_true",
@@ -591,10 +615,14 @@ def main(argv: list[str] | None = None) -> int:
     for i, (study, results_dir, run_id) in enumerate(plans):
         store = ResultStore(Path(args.results_dir) if args.results_dir else results_dir,
                             study.name, args.run_id or run_id)
-        summary = run_study(study, store, fresh=args.fresh, progress=not args.no_progress,
-                            power_interval_s=args.power_interval,
-                            command=["specrepro", "run", *(argv or sys.argv[1:])],
-                            deadline=deadline, archive=archive)
+        try:
+            summary = run_study(study, store, fresh=args.fresh, progress=not args.no_progress,
+                                power_interval_s=args.power_interval,
+                                command=["specrepro", "run", *(argv or sys.argv[1:])],
+                                deadline=deadline, archive=archive, arms=args.arm)
+        except ParamsError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         print(f"{study.name}: {summary.ok} ok, {summary.failed} failed, {summary.skipped} "
               f"already done, {summary.interrupted} interrupted -> {store.root}")
         for err in summary.errors:

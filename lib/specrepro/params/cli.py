@@ -47,11 +47,12 @@ def summarize(path: Path | str) -> str:
                 f"results in {_display_file(suite.results_path)}"
             )
         ]
-        for nb in suite.notebooks:
+        for nb in [*suite.notebooks, *suite.studies]:
             st = resolve_study(suite, nb)
             n_cells = sum(1 for _ in st.cells())
             arms = ", ".join(f"{a.name}={a.resolved.name}" for a in st.arms)
-            lines.append(f"  {nb}: {n_cells} cells; arms {arms}")
+            kind = "" if nb in suite.notebooks else " (study, no notebook)"
+            lines.append(f"  {nb}{kind}: {n_cells} cells; arms {arms}")
         return "\n".join(lines)
     if kind == "study":
         st = load_study(path)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specrepro.params.errors import ParamsError, Problem, _one_of
-from specrepro.params.schema import Arm, Profile, ResolvedStudy, Study, Suite
+from specrepro.params.schema import NOTEBOOK_IDS, Arm, Profile, ResolvedStudy, Study, Suite
 from specrepro.params.tree import Provenance, Tree, _display_file, _lookup, deep_merge, read_tree
 from specrepro.params.validation import _located, _validate
 
@@ -50,9 +50,9 @@ def load_suite(path: Path | str) -> Suite:
     suite = _validate(Suite, tree)
     suite._path = path.resolve()
     suite._tree = tree
-    for nb in suite.notebooks:
+    for nb in [*suite.notebooks, *suite.studies]:
         if not suite.study_path(nb).is_file():
-            file, key = _located(tree, ("notebooks", nb, "study"))
+            file, key = _located(tree, (suite.section(nb), nb, "study"))
             raise ParamsError(
                 [
                     Problem(
@@ -74,25 +74,24 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
     replace); an error in them names "notebook parameter 'overrides' of <notebook>"."""
     if overrides:
         suite = _with_overrides(suite, notebook_id, overrides)
-    if notebook_id not in suite.notebooks:
+    if notebook_id not in suite.notebooks and notebook_id not in suite.studies:
         file, _ = _located(suite._tree, ()) if suite._tree else (str(suite.path), "")
+        known = [*suite.notebooks, *suite.studies]
         raise ParamsError(
-            [
-                Problem(
-                    file, "notebooks", _one_of("a notebook id", list(suite.notebooks), notebook_id)
-                )
-            ]
+            [Problem(file, "notebooks", _one_of("a notebook or study id", known, notebook_id))]
         )
-    binding = suite.notebooks[notebook_id]
+    binding = suite.binding(notebook_id)
+    section = suite.section(notebook_id)
     tree = read_tree(suite.study_path(notebook_id))
-    deep_merge(tree, suite._tree, (), ("notebooks", notebook_id, "overrides"))
-    context = f"resolving notebook {notebook_id} of suite {_display_file(suite.path)}"
+    deep_merge(tree, suite._tree, (), (section, notebook_id, "overrides"))
+    kind = "notebook" if section == "notebooks" else "study"
+    context = f"resolving {kind} {notebook_id} of suite {_display_file(suite.path)}"
     study = _validate(Study, tree, context)
     mapping = {**suite.profile_map, **binding.profiles}
     used = {a.profile for a in study.arms}
     for key in binding.profiles:
         if key not in used:
-            file, where = _located(suite._tree, ("notebooks", notebook_id, "profiles", key))
+            file, where = _located(suite._tree, (section, notebook_id, "profiles", key))
             raise ParamsError(
                 [
                     Problem(
@@ -123,7 +122,7 @@ def _resolve_arm(
     if not path.is_file():
         available = sorted(p.stem for p in suite.profiles_path.glob("*.yaml"))
         file, key = _located(study_tree, ("arms", i, "profile"))
-        for where in (("notebooks", notebook_id, "profiles"), ("profile_map",)):
+        for where in ((suite.section(notebook_id), notebook_id, "profiles"), ("profile_map",)):
             if name != arm.profile and arm.profile in (_lookup(suite._tree.data, where) or {}):
                 file, key = _located(suite._tree, (*where, arm.profile))
                 break
@@ -141,7 +140,7 @@ def _with_overrides(suite: Suite, notebook_id: str, overrides: Mapping[str, Any]
     """A copy of the suite whose tree has a notebook's overrides merged into its own."""
     suite = copy.copy(suite)
     tree = copy.deepcopy(suite._tree)
-    patch = Tree({"notebooks": {notebook_id: {"overrides": copy.deepcopy(overrides)}}},
+    patch = Tree({suite.section(notebook_id): {notebook_id: {"overrides": copy.deepcopy(overrides)}}},
                  Provenance.of_file(f"notebook parameter 'overrides' of {notebook_id}"))
     deep_merge(tree, patch)
     suite._tree = tree
@@ -151,11 +150,14 @@ def _with_overrides(suite: Suite, notebook_id: str, overrides: Mapping[str, Any]
 def standalone_suite(study_path: Path | str, notebook_id: str, profiles: Path | str) -> Suite:
     """A suite of one study file as it stands, bound to a profiles directory."""
     study_path = Path(study_path).resolve()
+    # a study no notebook renders (parity) is bound as a suite's `studies:` entry
+    section = "notebooks" if notebook_id in NOTEBOOK_IDS else "studies"
     data = {
         "name": "standalone",
         "run_id": "standalone",
         "profiles": str(Path(profiles).resolve()),
-        "notebooks": {notebook_id: {"study": str(study_path)}},
+        "notebooks": {},
+        section: {notebook_id: {"study": str(study_path)}},
     }
     suite = Suite.model_validate(data)
     suite._path = study_path

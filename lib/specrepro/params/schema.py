@@ -516,6 +516,11 @@ class Suite(Strict):
     profiles: str = "profiles"  # directory of profile files, relative to the suite file
     profile_map: dict[str, str] = Field(default_factory=dict)  # for every notebook
     notebooks: dict[Literal[NOTEBOOK_IDS], NotebookBinding]  # type: ignore[valid-type]
+    # Studies no notebook renders (a benchmark such as acceptance parity between engines):
+    # bound like a notebook's, run only when named (`specrepro run SUITE --study ID`), and
+    # never part of `make all`. Their ids must differ from the notebooks'.
+    studies: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
+                  NotebookBinding] = Field(default_factory=dict)
 
     # filled by load_suite: where the file lives, and its merged tree for error messages
     _path: Path = Path(".")
@@ -533,5 +538,17 @@ class Suite(Strict):
     def profiles_path(self) -> Path:
         return (self._path.parent / self.profiles).resolve()
 
+    def binding(self, study_id: str) -> NotebookBinding:
+        """A notebook's binding, else a benchmark study's (KeyError if neither)."""
+        return self.notebooks[study_id] if study_id in self.notebooks else self.studies[study_id]
+
+    def section(self, study_id: str) -> str:
+        """The suite key that binds the study: "notebooks" or "studies"."""
+        return "notebooks" if study_id in self.notebooks else "studies"
+
     def study_path(self, notebook_id: str) -> Path:
-        return (self._path.parent / self.notebooks[notebook_id].study).resolve()
+        return (self._path.parent / self.binding(notebook_id).study).resolve()
+
+    def cross_checks(self) -> list[tuple[tuple, str]]:
+        return [(("studies", sid), f"expected an id that is not a notebook's, found {sid!r}")
+                for sid in self.studies if sid in NOTEBOOK_IDS]
