@@ -38,6 +38,11 @@ How each engine registers its flags, which this script mirrors:
   `BooleanOptionalAction` subclass must not build its own option strings: otherwise the
   script fails naming the line. `--speculative-config` takes the fields of the
   `SpeculativeConfig` dataclass.
+- vLLM 0.33.0 adds: `FlexibleArgumentParser.__init__` registers `EnableDisableAction` for
+  `BooleanOptionalAction` (vllm/utils/argparse_utils.py), so `--enable-x` also gets
+  `--disable-x` and `--disable-x` gets `--enable-x` (its `_inverse_prefixes`), beside `--no-X`
+  (hidden from help, still registered); and `make_arg_parser` edits a field's choices in place
+  (`…["choices"].remove(PASSTHROUGH_ALL2ALL_BACKEND)`), which the interpreter follows.
 - SGLang 0.5.14 (`sglang/srt/server_args.py`): `ServerArgs.add_cli_args` calls
   `add_cli_args_from_dataclass(parser, ServerArgs)` (`sglang/srt/arg_groups/arg_utils.py`):
   every field annotated `A[T, "help"]` or `A[T, Arg(...)]` is `--field-name` (or
@@ -47,7 +52,10 @@ How each engine registers its flags, which this script mirrors:
   `add_cli_args_from_dataclass`). Then its own `add_argument` calls (dynamic choices,
   deprecated aliases with the `new_flag` they name).
 - SGLang 0.5.23 (`sglang/srt/arg_groups/fields/*.py`): the same field rule over the
-  namespace classes (those with `_NS_PATH`), plus `ServerArgs.add_cli_args`'s own calls.
+  namespace classes (those with `_NS_PATH` named in server_args.py's `_INPUT_NAMESPACES`),
+  plus `ServerArgs.add_cli_args`'s own calls (the `class ServerArgs` statement: the module
+  rebinds the name to a `msgspec.defstruct`). An explicit `nargs=` beside a custom action
+  wins over the action class's default.
   The layout is chosen by what the wheel contains.
 """
 
@@ -93,9 +101,12 @@ def fetch_wheel(engine: str, version: str, wheel_dir: Path, download: bool) -> P
     if not found and download:
         wheel_dir.mkdir(parents=True, exist_ok=True)
         # The SGLang wheel holds cpython-311 extensions; name the target so the
-        # download works from any interpreter.
+        # download works from any interpreter. pip does not widen a `manylinux_2_X`
+        # platform to older glibc tags, so name vLLM's (manylinux_2_28) as well as
+        # SGLang's (manylinux_2_34).
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
+               "--platform", "manylinux_2_28_x86_64",
                "-d", str(wheel_dir), f"{engine}=={version}"]
         subprocess.run(cmd, check=True)
         found = sorted(wheel_dir.glob(pattern))
@@ -164,6 +175,7 @@ class Module:
     path: str
     defs: dict[str, ast.AST] = field(default_factory=dict)
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    stars: list[str] = field(default_factory=list)  # `from x import *`: the modules x
 
     def __post_init__(self):
         self.tree = self.wheel.tree(self.path)
@@ -202,7 +214,10 @@ class Module:
                     base = ".".join(parts[:len(parts) - node.level + 1])
                     source = f"{base}.{source}" if source else base
                 for alias in node.names:
-                    self.imports[alias.asname or alias.name] = (source, alias.name)
+                    if alias.name == "*":
+                        self.stars.append(source)
+                    else:
+                        self.imports[alias.asname or alias.name] = (source, alias.name)
             elif isinstance(node, ast.If):
                 self._scan(node.body, package)
                 self._scan(node.orelse, package)
@@ -241,6 +256,12 @@ def lookup(module: Module, name: str, depth: int = 0) -> Ref | None:
     if name in module.defs:
         return Ref(module, module.defs[name])
     if name not in module.imports:
+        for source in module.stars:  # `from .types import *` (vllm/renderers/chat_utils)
+            origin = module.wheel.module(source)
+            if origin is not None and origin is not module and star_exports(origin, name):
+                found = lookup(origin, name, depth + 1)
+                if found is not None:
+                    return found
         return None
     source, attr = module.imports[name]
     if attr is None:
@@ -253,6 +274,14 @@ def lookup(module: Module, name: str, depth: int = 0) -> Ref | None:
             return found
     sub = module.wheel.module(f"{source}.{attr}")
     return Ref(sub) if sub else None
+
+
+def star_exports(module: Module, name: str) -> bool:
+    """Whether `from module import *` binds name: listed in a literal `__all__`, else public."""
+    listed = module.defs.get("__all__")
+    if isinstance(listed, (ast.List, ast.Tuple)):
+        return any(isinstance(e, ast.Constant) and e.value == name for e in listed.elts)
+    return not name.startswith("_")
 
 
 def resolve(module: Module, node: ast.AST, depth: int = 0) -> Ref | None:
@@ -522,6 +551,9 @@ class Action:
     deprecated: str | None = None  # the replacement it names ("" when none)
     where: str = ""
     no_value: bool = False  # takes no argument: store_true, BooleanOptionalAction, nargs=0
+    # vLLM 0.33.0's EnableDisableAction (the parser's stand-in for BooleanOptionalAction):
+    # `--enable-x` also registers `--disable-x` and the reverse ({"--enable-": "--disable-", …})
+    inverse_prefixes: dict[str, str] | None = None
 
     def __post_init__(self):
         self.no_value = self.no_value or self.negatable or self.action in NO_VALUE_ACTIONS
@@ -530,6 +562,14 @@ class Action:
     def negatable(self) -> bool:
         """argparse.BooleanOptionalAction (or a subclass named so) adds `--no-X` for `--X`."""
         return bool(self.action) and self.action.endswith("BooleanOptionalAction")
+
+    @property
+    def inverses(self) -> list[str]:
+        """EnableDisableAction's paired spellings: `--enable-x` → `--disable-x` and back."""
+        if not (self.negatable and self.inverse_prefixes):
+            return []
+        return [inverse + n.removeprefix(prefix) for n in self.names
+                for prefix, inverse in self.inverse_prefixes.items() if n.startswith(prefix)]
 
 
 class Registry:
@@ -545,6 +585,7 @@ class Registry:
             out.update(a.names)
             if a.negatable:
                 out.update("--no-" + n[2:] for n in a.names if n.startswith("--"))
+            out.update(a.inverses)
         return sorted(out)
 
     def choices(self) -> dict[str, list[str]]:
@@ -572,7 +613,7 @@ class Registry:
 
     def boolean_flags(self) -> list[str]:
         """Flags that take no value (store_true, BooleanOptionalAction, nargs=0 actions)."""
-        return sorted({n for a in self.actions if a.no_value for n in a.names})
+        return sorted({n for a in self.actions if a.no_value for n in [*a.names, *a.inverses]})
 
 
 NO_VALUE_ACTIONS = {"store_true", "store_false", "store_const", "append_const", "count"}
@@ -954,6 +995,27 @@ class VllmInterpreter:
         else:
             holder.values[key] = "set"
 
+    def mutate_list(self, module, target: ast.Subscript, verb: str, arg: ast.AST, cls, env,
+                    func) -> None:
+        """`x_kwargs["f"]["choices"].append(v)` / `.extend(vs)` / `.remove(v)`, in place."""
+        holder = self.expr(module, target.value, cls, env, func)
+        key = target.slice.value if isinstance(target.slice, ast.Constant) else None
+        if not isinstance(holder, FieldKwargs) or key not in ("choices", "flags"):
+            return
+        before = holder.values.get(key)
+        found = strings_of(module, arg if verb == "extend" else ast.List(elts=[arg]),
+                           self.locals(env))
+        if not isinstance(before, list) or found is OPEN:
+            holder.values[key] = OPEN
+        elif verb == "remove":
+            if found[0] not in before:
+                raise ExtractError(f"{module.wheel.path.name}: {module.path}:{target.lineno}: "
+                                   f"removes {found[0]!r} from {holder.field}'s {key}, which "
+                                   f"do not hold it here ({before}); re-read the rule")
+            before.remove(found[0])
+        else:
+            before += found
+
     @staticmethod
     def locals(env: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in env.items() if isinstance(v, (ast.AST, list))}
@@ -1013,6 +1075,11 @@ class VllmInterpreter:
                 return None
             if f.attr == "add_argument":
                 self.add_argument(module, node, cls, env, func)
+                return None
+            if (f.attr in ("append", "extend", "remove") and len(node.args) == 1
+                    and isinstance(f.value, ast.Subscript)):
+                # `parallel_kwargs["all2all_backend"]["choices"].remove(PASSTHROUGH_…)`
+                self.mutate_list(module, f.value, f.attr, node.args[0], cls, env, func)
                 return None
             target = self.method_call(module, f, cls, env, func)
             if target is not None:
@@ -1077,6 +1144,11 @@ class VllmInterpreter:
                 merged["choices"] = strings_of(module, kw.value, self.locals(env))
             elif kw.arg == "deprecated":
                 merged["deprecated"] = kw.value
+        nargs = keyword(call, "nargs")
+        if nargs is not None and keyword(call, "action") is not None:
+            # an explicit nargs wins over the action class's default (SGLang 0.5.23's
+            # `--monokernel-backend`: DeprecatedStoreConstAction with nargs=None takes a value)
+            no_value = isinstance(nargs, ast.Constant) and nargs.value == 0
         deprecated = merged.get("deprecated")
         self.registry.add(Action(
             names=names, action=merged.get("action"), choices=merged.get("choices"),
@@ -1134,6 +1206,95 @@ def check_flexible_parser(ref: Ref) -> None:
                         "`deprecated` (re-read it and extend this script)")
 
 
+def check_no_conflicts(wheel: Wheel, registry: Registry) -> None:
+    """argparse refuses an option string registered twice (conflict_handler "error"): two
+    actions sharing one means this reading is wrong, not the engine."""
+    owner: dict[str, Action] = {}
+    for a in registry.actions:
+        spellings = [*a.names, *a.inverses]
+        if a.negatable:
+            spellings += ["--no-" + n[2:] for n in a.names if n.startswith("--")]
+        for s in spellings:
+            if s in owner and owner[s] is not a:
+                raise ExtractError(f"{wheel.path.name}: {s} registered by {owner[s].where} and "
+                                   f"{a.where}; argparse would refuse that")
+            owner[s] = a
+
+
+def parser_action_registry(ref: Ref) -> dict[str, dict[str, str]]:
+    """What FlexibleArgumentParser registers in place of an action: vLLM 0.33.0's `__init__`
+    calls `self.register("action", BooleanOptionalAction, EnableDisableAction)`, so every
+    `action=argparse.BooleanOptionalAction` builds an EnableDisableAction
+    (vllm/utils/argparse_utils.py): `--X` and `--no-X` as before, plus `--disable-x` for
+    `--enable-x` and `--enable-x` for `--disable-x` (its `_inverse_prefixes`). Help hides
+    `--no-enable-x`/`--no-disable-x` afterwards (`_register_action`), but they stay registered
+    and parse. Returns {"BooleanOptionalAction": inverse prefixes}; any other registration,
+    or a substitute this reading does not recognise, fails naming its line."""
+    out: dict[str, dict[str, str]] = {}
+    where = ref.module.wheel.path.name
+    for n in ast.walk(ref.node):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr == "register" and n.args):
+            continue
+        group = n.args[0]
+        if not (isinstance(group, ast.Constant) and group.value == "action"):
+            continue
+        line = f"{where}: {ref.module.path}:{n.lineno}"
+        if len(n.args) != 3 or head_name(n.args[1]) != "BooleanOptionalAction":
+            raise ExtractError(f"{line}: {ast.unparse(n)} registers an action this script "
+                               "does not know (re-read it and extend parser_action_registry)")
+        out["BooleanOptionalAction"] = enable_disable_prefixes(ref.module, n.args[2], line)
+    for n in ast.walk(ref.module.tree):  # the hidden spellings must stay registered
+        if (isinstance(n, ast.Delete) and "_option_string_actions" in ast.unparse(n)) or (
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr in ("pop", "remove", "clear")
+                and head_name(n.func.value) == "_option_string_actions"):
+            raise ExtractError(f"{where}: {ref.module.path}:{n.lineno}: removes option strings "
+                               "from the parser; the flag lists assume none is removed")
+    return out
+
+
+def enable_disable_prefixes(module: Module, node: ast.AST, line: str) -> dict[str, str]:
+    """EnableDisableAction's `_inverse_prefixes`, after checking its `__init__` is the rule
+    read above: BooleanOptionalAction's own `__init__`, then
+    `self.option_strings = [*self.option_strings, *inverses]` with each inverse
+    `inverse + opt.removeprefix(prefix)` over `self._inverse_prefixes.items()`."""
+    ref = resolve(module, node)
+    if ref is None or not ref.is_class or not any(
+            head_name(b) == "BooleanOptionalAction" for b in ref.node.bases):
+        raise ExtractError(f"{line}: {ast.unparse(node)} is not a BooleanOptionalAction "
+                           "subclass in the wheel")
+    prefixes = None
+    for stmt in ref.node.body:
+        if (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and "_inverse_prefixes" in
+                [getattr(t, "id", "") for t in (stmt.targets if isinstance(stmt, ast.Assign)
+                                                else [stmt.target])]
+                and isinstance(stmt.value, ast.Dict)
+                and all(isinstance(x, ast.Constant) and isinstance(x.value, str)
+                        for x in [*stmt.value.keys, *stmt.value.values])):
+            prefixes = {k.value: v.value for k, v in zip(stmt.value.keys, stmt.value.values)}
+    init = next((f for f in ref.node.body if isinstance(f, ast.FunctionDef)
+                 and f.name == "__init__"), None)
+    text = ast.unparse(init) if init is not None else ""
+    calls_super = init is not None and any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__"
+        and isinstance(n.func.value, ast.Call) and head_name(n.func.value.func) == "super"
+        for n in ast.walk(init))
+    sets = [n for n in ast.walk(init) if isinstance(n, ast.Assign)
+            and any(ast.unparse(t) == "self.option_strings" for t in n.targets)] if init else []
+    extends = (len(sets) == 1 and isinstance(sets[0].value, ast.List)
+               and len(sets[0].value.elts) == 2
+               and all(isinstance(e, ast.Starred) for e in sets[0].value.elts)
+               and ast.unparse(sets[0].value.elts[0].value) == "self.option_strings")
+    if (prefixes is None or not calls_super or not extends
+            or "self._inverse_prefixes.items()" not in text or ".removeprefix(" not in text):
+        raise ExtractError(f"{line}: {ref.node.name} ({ref.module.path}:{ref.node.lineno}) is not "
+                           "the rule this script mirrors (BooleanOptionalAction's strings plus "
+                           "`_inverse_prefixes` inverses); re-read it and extend "
+                           "enable_disable_prefixes")
+    return prefixes
+
+
 VLLM_CLI_MODULES = ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.common.cli_args",
                     "vllm.entrypoints.cli_args")
 
@@ -1163,10 +1324,16 @@ def extract_vllm(wheel: Wheel) -> dict:
                            f"in any of {paths}")
     rules = VllmKwargsRules(wheel.require("vllm.engine.arg_utils", "EngineArgs and get_kwargs"))
     parser_cls = lookup(cli, "FlexibleArgumentParser")
+    substitutes: dict[str, dict[str, str]] = {}
     if parser_cls is not None and parser_cls.is_class:
         check_flexible_parser(parser_cls)
+        substitutes = parser_action_registry(parser_cls)
     registry = Registry()
     VllmInterpreter(wheel, registry, rules).run(cli, cli.defs["make_arg_parser"], None, {})
+    for action in registry.actions:
+        if action.action == "BooleanOptionalAction" and substitutes.get(action.action):
+            action.inverse_prefixes = substitutes[action.action]
+    check_no_conflicts(wheel, registry)
     if not registry.actions:
         raise ExtractError(f"{wheel.path.name}: make_arg_parser in {cli.path} registered no flags")
 
@@ -1358,29 +1525,62 @@ class SglangInterpreter(VllmInterpreter):
                 action.deprecated = new.value if isinstance(new, ast.Constant) else ""
 
 
+def sglang_server_args(server: Module | None) -> Ref | None:
+    """The `class ServerArgs` of sglang/srt/server_args.py. 0.5.23 rebinds the name at module
+    level (`ServerArgs = msgspec.defstruct("ServerArgs", …, namespace=vars(ServerArgs))`),
+    which keeps the class body's methods (`add_cli_args`): the class statement is read."""
+    if server is None:
+        return None
+    node = server.defs.get("ServerArgs")
+    if isinstance(node, ast.ClassDef):
+        return Ref(server, node)
+    classes = [n for n in server.tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"]
+    return Ref(server, classes[-1]) if classes else None
+
+
+def sglang_input_namespaces(server: Module | None) -> set[str] | None:
+    """The class names in server_args.py's `_INPUT_NAMESPACES = [Model, …]`, if it has one."""
+    node = server.defs.get("_INPUT_NAMESPACES") if server is not None else None
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        return None
+    return {e.id for e in node.elts if isinstance(e, ast.Name)}
+
+
 def extract_sglang(wheel: Wheel) -> dict:
     registry = Registry()
     server = wheel.module("sglang.srt.server_args")
+    server_cls = sglang_server_args(server)
     if wheel.has_dir(SGLANG_FIELDS_DIR):  # 0.5.23: namespace classes, one file per group
         layout = SGLANG_FIELDS_DIR + "*.py"
+        # ServerArgs collects the fields of the classes in its `_INPUT_NAMESPACES` list
+        # (`collect_input_fields`); without such a list, every class with `_NS_PATH`.
+        wanted = sglang_input_namespaces(server)
+        seen = set()
         for path in wheel.names(SGLANG_FIELDS_DIR):
             if path.endswith("__init__.py"):
                 continue
             module = wheel.module(path[:-3].replace("/", "."))
             for cls in (n for n in module.tree.body if isinstance(n, ast.ClassDef)):
+                if wanted is not None and cls.name not in wanted:
+                    continue
                 if any(isinstance(s, ast.Assign) and getattr(s.targets[0], "id", "") == "_NS_PATH"
                        for s in cls.body):
+                    seen.add(cls.name)
                     for stmt in cls.body:
                         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                             sglang_field(module, stmt.target.id, stmt.annotation, registry)
-    elif server is not None and "ServerArgs" in server.defs:  # 0.5.14: one dataclass
+        if wanted is not None and wanted - seen:
+            raise ExtractError(f"{wheel.path.name}: {SGLANG_SERVER_ARGS}: _INPUT_NAMESPACES "
+                               f"names {', '.join(sorted(wanted - seen))}, not found as classes "
+                               f"with _NS_PATH in {SGLANG_FIELDS_DIR}")
+    elif server_cls is not None:  # 0.5.14: one dataclass
         layout = SGLANG_SERVER_ARGS
     else:
         raise ExtractError(f"{wheel.path.name}: neither {SGLANG_FIELDS_DIR} (SGLang 0.5.23's "
                            f"layout) nor ServerArgs in {SGLANG_SERVER_ARGS} (0.5.14's) is in "
                            "the wheel")
-    if server is not None and "ServerArgs" in server.defs:
-        ref = Ref(server, server.defs["ServerArgs"])
+    if server_cls is not None:
+        ref = server_cls
         found = method(ref, "add_cli_args")
         if found is None:
             raise ExtractError(f"{wheel.path.name}: ServerArgs in {SGLANG_SERVER_ARGS} has no "
@@ -1427,11 +1627,19 @@ def dump_parser(engine: str) -> dict:
 
 
 def parser_actions(parser: argparse.ArgumentParser, engine: str, version: str) -> dict:
+    """Each action's option strings as the parser registered them (`_option_string_actions`):
+    vLLM 0.33.0 hides `--no-enable-x`/`--no-disable-x` from `option_strings` (help) after
+    registering them, and they still parse."""
+    registered: dict[int, list[str]] = {}
+    for string, a in parser._option_string_actions.items():
+        registered.setdefault(id(a), []).append(string)
     actions = []
     for a in parser._actions:
         if not a.option_strings or isinstance(a, argparse._HelpAction):
             continue
-        actions.append({"option_strings": list(a.option_strings), "action": type(a).__name__,
+        strings = list(a.option_strings) + [s for s in registered.get(id(a), [])
+                                            if s not in a.option_strings]
+        actions.append({"option_strings": strings, "action": type(a).__name__,
                         "nargs": a.nargs,
                         "choices": [str(c) for c in a.choices] if a.choices else None})
     return {"engine": engine, "version": version, "python": sys.version.split()[0],
