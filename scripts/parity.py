@@ -9,16 +9,24 @@ speed), as lib/specrepro/analysis/parity.py builds them.
 
 Prints the four tables, each under one line saying what it shows (plain text, or Markdown).
 A figure, not a test: no thresholds fail the run; a gap above --gap-pct is flagged.
+
+`--near-ties` adds where outputs part from the reference engine's autoregressive text
+(lib/specrepro/analysis/near_ties.py): at each first differing token, the target's top-1
+minus top-2 log-probability, computed here by the embedded target (--model, fp32 on the CPU
+unless --dtype/--device say otherwise) over the prompt, as the study built it, and the
+common prefix. `--details` prints every differing prompt too.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from specrepro.analysis import parity
+from specrepro.analysis import near_ties, parity
 
 TITLES = {"acceptance": "Acceptance", "identity": "Identity across engines",
-          "invariance": "Invariance within each engine", "speed": "Speed"}
+          "invariance": "Invariance within each engine", "speed": "Speed",
+          "near_ties": "Where outputs part from the autoregressive text",
+          "near_tie_details": "Each differing prompt"}
 
 
 def parse_args(argv=None):
@@ -30,14 +38,25 @@ def parse_args(argv=None):
     ap.add_argument("--gap-pct", type=float, default=parity.GAP_PCT,
                     help="flag a tokens-per-step gap whose size is above this (%%)")
     ap.add_argument("--markdown", action="store_true", help="Markdown tables")
+    ap.add_argument("--near-ties", action="store_true",
+                    help="where outputs part from the reference's autoregressive text, and "
+                         "the target's margin there")
+    ap.add_argument("--reference-arm", default=near_ties.REFERENCE_ARM,
+                    help="the reference store's arm whose outputs are the reference text")
+    ap.add_argument("--details", action="store_true", help="with --near-ties: every prompt")
+    ap.add_argument("--model", default="models/embedded",
+                    help="the embedded checkpoint that scores the partings")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
+    eos = end_of_text(args.model)
     stores = []
     for spec in args.store:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             ap.error(f"--store {spec!r}: expected NAME=PATH")
         try:
-            stores.append(parity.load_store(name, path))
+            stores.append(parity.load_store(name, path, eos))
         except parity.ParityError as err:
             ap.error(f"--store {spec!r}: {err}")
     if len(stores) < 2:
@@ -51,9 +70,74 @@ def parse_args(argv=None):
     return args, stores
 
 
+def end_of_text(model_dir: str) -> tuple[int, ...]:
+    """The checkpoint's end-of-text ids (generation_config.json, else config.json): outputs
+    are compared up to the first of them."""
+    import json
+    from pathlib import Path
+
+    for name in ("generation_config.json", "config.json"):
+        f = Path(model_dir) / name
+        if f.is_file() and (ids := json.loads(f.read_text()).get("eos_token_id")) is not None:
+            return tuple(ids) if isinstance(ids, list) else (ids,)
+    return ()
+
+
+def study_prompts(store: parity.Store) -> dict[str, str]:
+    """prompt_id -> the text the engines were sent, rebuilt from the store's manifest (the
+    workloads as the study declared them); a chat prompt through the embedded template."""
+    from specrepro import results
+    from specrepro.workloads import build_workload
+
+    sessions = results.ResultStore(store.path.parent.parent, store.path.parent.name,
+                                   store.path.name).manifest().get("sessions", [])
+    params = next((s["params"] for s in reversed(sessions) if s.get("params")), None)
+    if params is None:
+        raise SystemExit(f"{store.path}: its manifest has no session params to rebuild the "
+                         "prompts from")
+    out = {}
+    for w in params["workloads"]:
+        for p in build_workload(w):
+            out[p.id] = p.text if p.messages is None else p.messages
+    return out
+
+
+def embedded_scorer(model_dir: str, dtype: str, device: str,
+                    prompts: dict[str, object]) -> near_ties.Scorer:
+    """The embedded target's top log-probabilities after a prompt and a prefix."""
+    import functools
+
+    import torch
+
+    from specrepro.embedded.checkpoint import load_target
+
+    model, tok = load_target(model_dir, device=device, dtype=getattr(torch, dtype))
+
+    @functools.lru_cache(maxsize=None)
+    def top(prompt_id: str, prefix: tuple[int, ...]) -> list[tuple[int, float]]:
+        prompt = prompts[prompt_id]
+        text = prompt if isinstance(prompt, str) else tok.apply_chat_template(prompt)
+        ids = torch.tensor([tok.encode(text) + list(prefix)], device=device)
+        with torch.inference_mode():
+            logits = model(ids, logits="last").logits[0, -1].float()  # [V]
+        lp = torch.log_softmax(logits, dim=-1)
+        vals, idx = lp.topk(5)
+        return list(zip(idx.tolist(), vals.tolist(), logits[idx].tolist(), strict=True))
+
+    return near_ties.Scorer(lambda pid, prefix: top(pid, tuple(prefix)),
+                            f"the embedded target ({model_dir}) in {dtype} on {device}")
+
+
 def main(argv=None) -> dict:
     args, stores = parse_args(argv)
     out = parity.tables_for(stores, args.reference, args.gap_pct)
+    if args.near_ties:
+        ref = parity.reference_of(stores, args.reference)
+        scorer = embedded_scorer(args.model, args.dtype, args.device, study_prompts(ref))
+        ties = near_ties.tables(stores, scorer, args.reference, args.reference_arm)
+        out["near_ties"] = ties["summary"]
+        if args.details:
+            out["near_tie_details"] = ties["details"]
     for key, table in out.items():
         head = f"## {TITLES[key]}" if args.markdown else f"== {TITLES[key]} =="
         print(f"{head}\n\n{parity.render(table, args.markdown)}\n")

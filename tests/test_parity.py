@@ -9,6 +9,7 @@ then the script on the committed H200 stores (vLLM 0.26.0 and the embedded engin
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -291,3 +292,90 @@ def test_the_committed_h200_stores(script, capsys):
                     comparison="8 streams against 1 stream, repeat 0")
     assert batch["token-identical"] == 16
     assert not any(r["gap above 5 %"] for r in acc.frame.to_dicts())
+
+
+# ------------------------------------------------------------- end of text, near-ties
+
+def test_outputs_are_compared_up_to_the_end_of_text_and_the_rest_is_noted(tmp_path):
+    """SGLang 0.5.14 under speculation returns accepted tokens past the end of text."""
+    assert parity.until_eos([5, 6, 0, 9, 9], frozenset({0, 2})) == ([5, 6, 0], True)
+    assert parity.until_eos([5, 6, 2], frozenset({0, 2})) == ([5, 6, 2], False)
+    assert parity.until_eos([5, 6], frozenset()) == ([5, 6], False)
+    ended = [[*t[:40], 0] for t in BASE]
+    ref = write_store(tmp_path, "ref", [cell("mtp-k3", 1, 0, 2.5, ended)], arms=("mtp-k3",))
+    other = write_store(tmp_path, "other", [cell("mtp-k3", 1, 0, 2.5,
+                                                 [[*t, 7, 7] for t in ended])], arms=("mtp-k3",))
+    stores = [parity.load_store("ref", ref, eos=(0,)), parity.load_store("other", other, eos=(0,))]
+    assert stores[1].past_eos == 4
+    table = parity.identity_table(stores)
+    assert table.frame["token-identical"].to_list() == [4]
+    assert table.notes == ("other: 4 output(s) carried tokens after the end-of-text token; "
+                           "compared up to it",)
+    whole = parity.load_store("other", other)  # no end-of-text ids: compared whole
+    assert parity.identity_table([stores[0], whole]).frame["token-identical"].to_list() == [0]
+
+
+def test_a_parting_is_explained_only_by_a_near_tie_between_the_two_chosen_tokens(tmp_path):
+    from specrepro.analysis import near_ties
+
+    # the target's view at each first differing position, by prompt: (token, logprob, logit)
+    views = {"humaneval-0000": [(-1, -0.70, 10.0), (140, -0.72, 9.98), (9, -3.0, 7.7)],
+             "humaneval-0001": [(141, -0.60, 10.0), (-1, -0.66, 9.94), (9, -3.0, 7.7)],
+             "humaneval-0002": [(142, -0.50, 10.0), (-1, -0.80, 9.7), (9, -3.0, 7.7)],
+             "humaneval-0003": [(143, -0.70, 10.0), (9, -0.71, 9.99), (-1, -3.0, 7.7)]}
+    seen = []
+
+    def top(prompt_id, prefix):
+        seen.append((prompt_id, len(prefix)))
+        return views[prompt_id]
+
+    scorer = near_ties.Scorer(top, "a table")
+    ref = write_store(tmp_path, "ref", [cell("none", 1, 0, None), cell("mtp-k3", 1, 0, 2.5)],
+                      arms=("none", "mtp-k3"))
+    other = write_store(tmp_path, "other", [
+        cell("none", 1, 0, None),
+        cell("mtp-k3", 1, 0, 2.6, [changed(t, 40) for t in BASE])], arms=("none", "mtp-k3"))
+    stores = [parity.load_store("ref", ref), parity.load_store("other", other)]
+    out = near_ties.tables(stores, scorer)
+    s = out["summary"].frame
+    row = s.filter((s["engine"] == "other") & (s["arm"] == "mtp-k3")).row(0, named=True)
+    assert (row["prompts compared"], row["token-identical"], row["differing"]) == (4, 0, 4)
+    # 0000: margin 0.02 between the two (explained); 0001: 0.06, within one bf16 step
+    # (0.0625 at a logit of 10); 0002: 0.30; 0003: the engine's token is third
+    assert (row["near-tie (explained)"], row["not a near-tie"],
+            row["of those, within one bf16 step"]) == (1, 3, 1)
+    d = out["details"].frame.filter(out["details"].frame["engine"] == "other")
+    assert d["explained"].to_list() == [True, False, False, False]
+    assert d["within one bf16 step"].to_list() == [True, True, False, False]
+    assert d["position"].to_list() == [40] * 4 and set(seen) == {(p, 40) for p in views}
+    assert d["engine token rank"].to_list() == [1, 2, 2, 3]
+    others = s.filter(s["arm"] == "none")["token-identical"].to_list()
+    assert others == [4]  # the other engine's autoregressive text is the reference's
+    assert near_ties.bf16_step(10.0) == 0.0625 and near_ties.bf16_step(-3.0) == 2.0 ** -6
+    with pytest.raises(parity.ParityError, match="reference arm 'auto' is not an arm of ref"):
+        near_ties.tables(stores, scorer, reference_arm="auto")
+
+
+PARITY_H200 = {name: ROOT / path for name, path in (
+    ("embedded", "results/h200-embedded/parity-embedded/h200-embedded"),
+    ("vLLM 0.26.0", "results/h200-engines/parity-vllm/h200-engines"),
+    ("SGLang 0.5.14", "results/h200-engines/parity-sglang/h200-engines"))}
+
+
+def test_the_committed_h200_parity_stores_with_near_ties(capsys, monkeypatch):
+    """The script on the parity study's three H200 stores: every arm of each engine, the
+    SGLang outputs cut at the end of text, every parting scored by the fp32 target."""
+    data = Path(os.environ.get("SPECREPRO_DATA_DIR", ROOT.parent / "shared" / "data"))
+    if not (data / "gsm8k" / "test.jsonl").exists():  # the prompts are rebuilt from it
+        pytest.skip(f"GSM8K is not in {data}")
+    monkeypatch.setenv("SPECREPRO_DATA_DIR", str(data))
+    mod = load_script("parity")
+    out = mod.main([a for n, p in PARITY_H200.items() for a in ("--store", f"{n}={p}")]
+                   + ["--near-ties"])
+    acc = out["acceptance"].frame
+    assert acc.filter(acc["engine"] == "SGLang 0.5.14").height == 16  # 13 arms + vLLM's 3
+    ties = out["near_ties"].frame
+    assert set(ties["engine"].to_list()) == {"embedded", "vLLM 0.26.0", "SGLang 0.5.14"}
+    assert (ties["near-tie (explained)"] + ties["not a near-tie"] == ties["differing"]).all()
+    assert any("SGLang 0.5.14:" in n and "end-of-text" in n for n in out["identity"].notes)
+    assert "Where outputs part" in capsys.readouterr().out

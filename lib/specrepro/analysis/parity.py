@@ -38,6 +38,7 @@ Design:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,7 @@ class Store:
     outputs: dict[tuple, dict[str, list[int] | None]]  # CELL_KEY values -> prompt_id -> ids
     arms: tuple[str, ...]  # the study's arm order, as its manifest has it
     superseded: int  # ok cells left out: an older cell at the same key
+    past_eos: int = 0  # outputs that carried tokens after an end-of-text token (cut there)
 
 
 def _study_arms(path: Path, cells: pl.DataFrame) -> tuple[str, ...]:
@@ -83,8 +85,22 @@ def _study_arms(path: Path, cells: pl.DataFrame) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*declared, *cells["arm"].to_list()]))
 
 
-def load_store(name: str, path: Path | str) -> Store:
-    """A store's ok cells and outputs; ParityError names the path where there are none."""
+def until_eos(ids: list[int] | None, eos: frozenset[int]) -> tuple[list[int] | None, bool]:
+    """The output up to and including its first end-of-text token, and whether anything
+    followed it (SGLang 0.5.14 under speculation returns the accepted tokens of the verify
+    step past the end of text in `output_ids`; its text stops at the end)."""
+    if ids is None or not eos:
+        return ids, False
+    for i, t in enumerate(ids):
+        if t in eos:
+            return ids[:i + 1], i + 1 < len(ids)
+    return ids, False
+
+
+def load_store(name: str, path: Path | str, eos: Sequence[int] = ()) -> Store:
+    """A store's ok cells and outputs, each output cut after its first token of `eos` (the
+    model's end-of-text ids; none: kept whole); ParityError names the path where there are
+    no cells."""
     path = Path(path)
     if not path.is_dir():
         raise ParityError(f"{path}: no such directory (expected <results_dir>/<study>/<run_id>)")
@@ -100,9 +116,13 @@ def load_store(name: str, path: Path | str) -> Store:
     reqs = results.load_requests(path, cells).join(
         cells.select("cell_id", "attempt", *CELL_KEY), on=["cell_id", "attempt"])
     outputs: dict[tuple, dict[str, list[int] | None]] = {}
+    ends, past = frozenset(eos), 0
     for r in reqs.select(*CELL_KEY, "prompt_id", "token_ids").iter_rows(named=True):
-        outputs.setdefault(tuple(r[k] for k in CELL_KEY), {})[r["prompt_id"]] = r["token_ids"]
-    return Store(name, path, cells, outputs, _study_arms(path, cells), ok.height - cells.height)
+        ids, cut = until_eos(r["token_ids"], ends)
+        past += cut
+        outputs.setdefault(tuple(r[k] for k in CELL_KEY), {})[r["prompt_id"]] = ids
+    return Store(name, path, cells, outputs, _study_arms(path, cells), ok.height - cells.height,
+                 past)
 
 
 def reference_of(stores: list[Store], reference: str | None) -> Store:
@@ -277,7 +297,13 @@ def identity_table(stores: list[Store], reference: str | None = None) -> Table:
                          "note": note})
     return _shape(rows, f"Outputs token-identical to {ref.name}'s, per arm, level and engine "
                         "(same prompt, repeat 0), and where the others first differ (completion "
-                        "token position from 0)")
+                        "token position from 0)", notes=eos_notes(stores))
+
+
+def eos_notes(stores: list[Store]) -> tuple[str, ...]:
+    """One note per store whose outputs went on past an end-of-text token."""
+    return tuple(f"{s.name}: {s.past_eos} output(s) carried tokens after the end-of-text "
+                 "token; compared up to it" for s in stores if s.past_eos)
 
 
 def invariance_table(stores: list[Store], reference: str | None = None) -> Table:
