@@ -26,6 +26,7 @@ from specrepro.analysis import near_ties, parity
 TITLES = {"acceptance": "Acceptance", "identity": "Identity across engines",
           "invariance": "Invariance within each engine", "speed": "Speed",
           "near_ties": "Where outputs part from the autoregressive text",
+          "crossings": "Near-ties along the autoregressive text",
           "near_tie_details": "Each differing prompt"}
 
 
@@ -102,9 +103,9 @@ def study_prompts(store: parity.Store) -> dict[str, str]:
     return out
 
 
-def embedded_scorer(model_dir: str, dtype: str, device: str,
-                    prompts: dict[str, object]) -> near_ties.Scorer:
-    """The embedded target's top log-probabilities after a prompt and a prefix."""
+def embedded_scorer(model_dir: str, dtype: str, device: str, prompts: dict[str, object]):
+    """The embedded target's top log-probabilities after a prompt and a prefix (a Scorer),
+    and its margins along a whole output."""
     import functools
 
     import torch
@@ -124,8 +125,21 @@ def embedded_scorer(model_dir: str, dtype: str, device: str,
         vals, idx = lp.topk(5)
         return list(zip(idx.tolist(), vals.tolist(), logits[idx].tolist(), strict=True))
 
-    return near_ties.Scorer(lambda pid, prefix: top(pid, tuple(prefix)),
-                            f"the embedded target ({model_dir}) in {dtype} on {device}")
+    def along(prompt_id: str, output: list[int]) -> list[float]:
+        """The margin at every position of an output, teacher-forced in one pass."""
+        prompt = prompts[prompt_id]
+        text = prompt if isinstance(prompt, str) else tok.apply_chat_template(prompt)
+        head = tok.encode(text)
+        ids = torch.tensor([head + list(output)], device=device)
+        with torch.inference_mode():
+            logits = model(ids, logits="all").logits[0].float()  # [S, V]
+        lp = torch.log_softmax(logits[len(head) - 1: len(head) - 1 + len(output)], dim=-1)
+        two = lp.topk(2, dim=-1).values  # [len(output), 2]
+        return (two[:, 0] - two[:, 1]).tolist()
+
+    scorer = near_ties.Scorer(lambda pid, prefix: top(pid, tuple(prefix)),
+                              f"the embedded target ({model_dir}) in {dtype} on {device}")
+    return scorer, along
 
 
 def main(argv=None) -> dict:
@@ -133,9 +147,18 @@ def main(argv=None) -> dict:
     out = parity.tables_for(stores, args.reference, args.gap_pct)
     if args.near_ties:
         ref = parity.reference_of(stores, args.reference)
-        scorer = embedded_scorer(args.model, args.dtype, args.device, study_prompts(ref))
+        scorer, along = embedded_scorer(args.model, args.dtype, args.device,
+                                        study_prompts(ref))
         ties = near_ties.tables(stores, scorer, args.reference, args.reference_arm)
         out["near_ties"] = ties["summary"]
+        texts = {}  # the reference's autoregressive outputs, at its first level
+        for level in parity._grid(stores, ref):
+            texts = parity._outputs(ref, args.reference_arm, level) or {}
+            if texts:
+                break
+        out["crossings"] = near_ties.crossings(
+            {p: along(p, ids) for p, ids in texts.items() if ids},
+            what=f", along {ref.name}'s {args.reference_arm} outputs, from {scorer.what}")
         if args.details:
             out["near_tie_details"] = ties["details"]
     for key, table in out.items():

@@ -378,4 +378,16 @@ def test_the_committed_h200_parity_stores_with_near_ties(capsys, monkeypatch):
     assert set(ties["engine"].to_list()) == {"embedded", "vLLM 0.26.0", "SGLang 0.5.14"}
     assert (ties["near-tie (explained)"] + ties["not a near-tie"] == ties["differing"]).all()
     assert any("SGLang 0.5.14:" in n and "end-of-text" in n for n in out["identity"].notes)
+    assert out["crossings"].frame["positions"].to_list()[0] > 1000  # 32 outputs of GSM8K
     assert "Where outputs part" in capsys.readouterr().out
+
+
+def test_crossings_count_the_near_ties_along_each_output():
+    from specrepro.analysis import near_ties
+
+    t = near_ties.crossings({"a": [0.01, 0.5, 0.04], "b": [0.2], "c": [1.0]}, (0.05, 0.3))
+    rows = t.frame.to_dicts()
+    assert [r["positions"] for r in rows] == [5, 5]
+    assert [r["share of positions (%)"] for r in rows] == [40.0, 60.0]
+    assert [r["per output, mean"] for r in rows] == [2 / 3, 1.0]
+    assert [r["outputs crossing none"] for r in rows] == [2, 1]

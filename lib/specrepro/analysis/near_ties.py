@@ -165,3 +165,28 @@ def tables(stores: list[parity.Store], scorer: Scorer, reference: str | None = N
                          else pl.DataFrame({"prompt": []}),
                          "Each differing prompt: " + what),
     }
+
+
+BOUNDS = (NEAR_TIE, 0.1, 0.2, 0.35)  # margins to count along an output
+
+
+def crossings(margins: dict[str, Sequence[float]], bounds: Sequence[float] = BOUNDS,
+              what: str = "") -> Table:
+    """How many near-ties a greedy text crosses: per bound, the share of positions whose
+    top-1 minus top-2 margin is below it, the mean count per output and the share of
+    outputs that cross none. `margins` is the target's margin at every completion position
+    of each reference output (prompt_id -> margins). Where bf16 arithmetic can reorder two
+    tokens up to some margin, an output that crosses no position below it is the only one
+    two bf16 engines are bound to agree on."""
+    n_pos = sum(len(m) for m in margins.values())
+    rows = []
+    for b in bounds:
+        per = [sum(x < b for x in m) for m in margins.values()]
+        rows.append({"margin below": b, "positions": n_pos,
+                     "share of positions (%)": 100.0 * sum(per) / n_pos if n_pos else None,
+                     "per output, mean": sum(per) / len(per) if per else None,
+                     "outputs crossing none": sum(c == 0 for c in per),
+                     "outputs": len(per)})
+    return Table(pl.DataFrame(rows), "Near-ties along the reference outputs: the target's "
+                 "top-1 minus top-2 log-probability at every completion position" + what)
+

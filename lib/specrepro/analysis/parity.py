@@ -307,9 +307,10 @@ def eos_notes(stores: list[Store]) -> tuple[str, ...]:
 
 
 def invariance_table(stores: list[Store], reference: str | None = None) -> Table:
-    """Per engine and arm: outputs repeat 0 against repeat 1 at each level, the highest
-    level against the lowest (repeat 0), and each arm against the study's first arm (the
-    reference store's) at the lowest level (repeat 0)."""
+    """Per engine and arm: outputs repeat 0 against repeat 1 at each level (where some
+    store measured a repeat 1), the highest level against the lowest (repeat 0; where the
+    study has two levels), and each arm against the study's first arm (the reference
+    store's) at the lowest level (repeat 0)."""
     ref = reference_of(stores, reference)
     first = _arm_order(stores, ref)[0]
     grid = _grid(stores, ref)
@@ -325,23 +326,24 @@ def invariance_table(stores: list[Store], reference: str | None = None) -> Table
         for arm in arms:
             mine = [lv for lv in grid if lv["arm"] == arm]
             for lv in mine:
+                if all(_outputs(x, arm, lv, 1) is None for x in stores):
+                    continue  # the study measured this level once: no repeat to compare
                 n = tables.streams(lv["concurrency"])
                 row(s, arm, lv, f"repeat 1 against repeat 0 at {n}", _outputs(s, arm, lv, 1),
                     _outputs(s, arm, lv, 0),
                     _absent(s, arm, f"{n}, repeat 0 and 1"))
             for wl, t in dict.fromkeys((lv["workload"], lv["temperature"]) for lv in mine):
-                conc = sorted(lv["concurrency"] for lv in grid
-                              if (lv["workload"], lv["temperature"]) == (wl, t))
-                if len(conc) < 2:  # one batch size measured: nothing to compare across
-                    continue
+                conc = sorted({lv["concurrency"] for lv in grid
+                               if (lv["workload"], lv["temperature"]) == (wl, t)})
                 lo, hi = ({"workload": wl, "temperature": t, "concurrency": c}
                           for c in (conc[0], conc[-1]))
-                row(s, arm, {**lo, "concurrency": None},
-                    f"{tables.streams(hi['concurrency'])} against "
-                    f"{tables.streams(lo['concurrency'])}, repeat 0",
-                    _outputs(s, arm, hi), _outputs(s, arm, lo),
-                    _absent(s, arm, f"{tables.streams(lo['concurrency'])} and "
-                                    f"{tables.streams(hi['concurrency'])}, repeat 0"))
+                if len(conc) >= 2:  # one batch size measured: nothing to compare across
+                    row(s, arm, {**lo, "concurrency": None},
+                        f"{tables.streams(hi['concurrency'])} against "
+                        f"{tables.streams(lo['concurrency'])}, repeat 0",
+                        _outputs(s, arm, hi), _outputs(s, arm, lo),
+                        _absent(s, arm, f"{tables.streams(lo['concurrency'])} and "
+                                        f"{tables.streams(hi['concurrency'])}, repeat 0"))
                 if arm != first:
                     row(s, arm, {**lo, "concurrency": None},
                         f"against {first} at {tables.streams(lo['concurrency'])}, repeat 0",
