@@ -1,0 +1,121 @@
+"""The peer table: engines serving the same weights and prompts, autoregressive and at their
+best speculative arm, level by level (issue 17, item 3).
+
+Design:
+- Input: parity.Store's of one study (`params/studies/peer.yaml`, bound per engine: no
+  speculation plus a few speculative arms, GSM8K completions, 1, 8 and 32 streams, repeats),
+  measured one engine at a time (timed cells never share the GPU).
+- Per engine and level (workload, temperature, streams): the autoregressive arm's
+  throughput and TTFT p50/p95 (mean over repeats, with min-max), and the speculative arm
+  with the highest mean throughput at that level, its throughput, tokens per step and
+  TTFT; the arm is chosen per level, since the best draft count moves with load.
+- Ratios: a named engine's (the embedded engine) autoregressive throughput over each other
+  engine's at the same level, and its best speculative over theirs, so the issue's targets
+  read off one table (at least 1.5x at one stream, at least 1x at 8 and 32); `targets`
+  evaluates them and says which engine or level is missing rather than passing it.
+- Numbers through tables.spread_of / metrics; a level an engine did not measure is a row
+  whose note says so, never a zero.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from specrepro.analysis import parity, tables
+from specrepro.analysis.tables import Table
+
+NONE_ARM = "none"
+TARGETS = {1: 1.5, 8: 1.0, 32: 1.0}  # streams -> the embedded engine's least ratio (AR)
+
+
+def _mean(at: pl.DataFrame, col: str) -> float | None:
+    vals = at[col].drop_nulls().to_list() if at.height else []
+    return sum(vals) / len(vals) if vals else None
+
+
+def _levels(stores: list[parity.Store]) -> list[dict]:
+    levels = pl.concat([s.cells.select(*parity.LEVEL) for s in stores]).unique()
+    return sorted(levels.to_dicts(), key=lambda r: tuple((r[k] is None, r[k] or 0)
+                                                         for k in parity.LEVEL))
+
+
+def best(store: parity.Store, level: dict) -> tuple[str | None, pl.DataFrame]:
+    """The speculative arm with the highest mean throughput at a level, and its cells."""
+    top, cells, rate = None, store.cells.clear(), None
+    for arm in store.arms:
+        if arm == NONE_ARM:
+            continue
+        at = parity._at(store, {**level, "arm": arm})
+        m = _mean(at, "agg_tok_s")
+        if m is not None and (rate is None or m > rate):
+            top, cells, rate = arm, at, m
+    return top, cells
+
+
+def rows(stores: list[parity.Store], subject: str) -> list[dict]:
+    """One row per engine and level (module docstring); `subject` names the engine whose
+    ratios over the others are given."""
+    me = parity.reference_of(stores, subject)
+    out = []
+    for level in _levels(stores):
+        mine_ar = parity._at(me, {**level, "arm": NONE_ARM})
+        _, mine_best = best(me, level)
+        for s in stores:
+            ar = parity._at(s, {**level, "arm": NONE_ARM})
+            arm, sp = best(s, level)
+            row = {**parity._levels(level), "engine": s.name,
+                   "autoregressive tok/s": tables.spread_of(ar["agg_tok_s"].to_list(),
+                                                            with_n=False) if ar.height else None,
+                   "autoregressive TTFT p50 (ms)": _mean(ar, "ttft_p50_ms"),
+                   "autoregressive TTFT p95 (ms)": _mean(ar, "ttft_p95_ms"),
+                   "best speculative arm": arm,
+                   "best speculative tok/s": tables.spread_of(sp["agg_tok_s"].to_list(),
+                                                              with_n=False) if sp.height else None,
+                   "its tokens per step": _mean(sp, "acceptance_length"),
+                   "its TTFT p50 (ms)": _mean(sp, "ttft_p50_ms"),
+                   f"{me.name}'s autoregressive over this (ratio)": None,
+                   f"{me.name}'s best over this (ratio)": None,
+                   "note": ""}
+            if s is not me:
+                row[f"{me.name}'s autoregressive over this (ratio)"] = parity._ratio(
+                    _mean(mine_ar, "agg_tok_s"), _mean(ar, "agg_tok_s"))
+                row[f"{me.name}'s best over this (ratio)"] = parity._ratio(
+                    _mean(mine_best, "agg_tok_s"), _mean(sp, "agg_tok_s"))
+            if not ar.height:
+                row["note"] = "no autoregressive cell at this level"
+            out.append(row)
+    return out
+
+
+def table(stores: list[parity.Store], subject: str) -> Table:
+    me = parity.reference_of(stores, subject)
+    return parity._shape(rows(stores, subject), (
+        "Peer engines on the same weights and prompts, per level: the autoregressive arm and "
+        "the speculative arm with the highest mean throughput there (mean (min-max) over "
+        f"repeats), and {me.name}'s throughput over each engine's (a ratio)"))
+
+
+def targets(stores: list[parity.Store], subject: str,
+            wanted: dict[int, float] = TARGETS) -> list[str]:
+    """The issue's autoregressive targets, one line each: met, missed (with the ratio) or
+    not measured (with what is missing)."""
+    me = parity.reference_of(stores, subject)
+    lines = []
+    for streams, least in wanted.items():
+        for s in stores:
+            if s is me:
+                continue
+            for level in (lv for lv in _levels(stores) if lv["concurrency"] == streams):
+                a = _mean(parity._at(me, {**level, "arm": NONE_ARM}), "agg_tok_s")
+                b = _mean(parity._at(s, {**level, "arm": NONE_ARM}), "agg_tok_s")
+                where = f"{level['workload']}, {tables.streams(streams)}"
+                if a is None or b is None:
+                    lines.append(f"{where}: {me.name} against {s.name}: not measured "
+                                 f"({me.name if a is None else s.name} has no autoregressive "
+                                 "cell)")
+                    continue
+                r = a / b
+                verdict = "met" if r >= least else "missed"
+                lines.append(f"{where}: {me.name} {a:,.1f} tok/s against {s.name} {b:,.1f}: "
+                             f"{r:.2f}x (target >= {least:g}x) {verdict}")
+    return lines

@@ -1,0 +1,54 @@
+"""The peer table: engines on the same weights and prompts, autoregressive and at their best
+speculative arm, 1, 8 and 32 streams (issue 17, item 3), from the peer study's stores, as
+lib/specrepro/analysis/peer.py builds it; then the autoregressive targets line by line.
+
+    python scripts/peer.py \\
+        --store "embedded=results/h200-embedded/peer-embedded/h200-embedded" \\
+        --store "vLLM 0.26.0=results/h200-engines/peer-vllm/h200-engines" \\
+        --store "SGLang 0.5.14=results/h200-engines/peer-sglang/h200-engines" \\
+        [--subject embedded] [--markdown]
+
+A figure, not a test: a missed target is printed as missed, never fails the run. Measure the
+stores with `specrepro run SUITE --study peer-…` (each engine alone on the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from specrepro.analysis import parity, peer
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--store", action="append", required=True, metavar="NAME=PATH",
+                    help="a run directory <results_dir>/<study>/<run_id> and the engine's name")
+    ap.add_argument("--subject", default=None,
+                    help="the engine whose ratios over the others are given (default: the first)")
+    ap.add_argument("--markdown", action="store_true", help="a Markdown table")
+    args = ap.parse_args(argv)
+    stores = []
+    for spec in args.store:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            ap.error(f"--store {spec!r}: expected NAME=PATH")
+        try:
+            stores.append(parity.load_store(name, path))
+        except parity.ParityError as err:
+            ap.error(f"--store {spec!r}: {err}")
+    if len(stores) < 2:
+        ap.error(f"--store: two or more are compared, got {len(stores)}")
+    subject = args.subject or stores[0].name
+    try:
+        table = peer.table(stores, subject)
+    except parity.ParityError as err:
+        ap.error(f"--subject: {err}")
+    lines = peer.targets(stores, subject)
+    print(parity.render(table, args.markdown))
+    print()
+    print("\n".join(("- " if args.markdown else "  ") + line for line in lines))
+    return {"table": table, "targets": lines}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""analysis/peer.py and scripts/peer.py: the peer table from constructed stores where the
+answer is known (the best arm per level, ratios, a missed and a met target, a level one
+engine lacks)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from conftest import load_script
+from specrepro import results
+from specrepro.analysis import parity, peer
+
+ARMS = ("none", "mtp-k3", "dflash-k7")
+
+
+def store(root: Path, engine: str, rates: dict[tuple[str, int], list[float]]) -> Path:
+    """One engine's peer study: tok/s per (arm, streams), one cell per repeat."""
+    s = results.ResultStore(root / engine, "peer", "run")
+    s.begin_session({"params": {"arms": [{"name": a} for a in ARMS]}})
+    i = 0
+    for (arm, conc), vals in rates.items():
+        for rep, v in enumerate(vals):
+            i += 1
+            cid = hashlib.sha256(f"{engine}/{i}".encode()).hexdigest()[:16]
+            s.append_cell({"cell_id": cid, "status": "ok", "engine": engine, "arm": arm,
+                           "workload": "gsm8k", "temperature": 0.0, "concurrency": conc,
+                           "repeat": rep, "n_prompts": 1, "ended_at": results.now(),
+                           "agg_tok_s": v, "ttft_p50_ms": 2.0, "ttft_p95_ms": 3.0,
+                           "acceptance_length": None if arm == "none" else 3.0},
+                          [{"request_idx": 0, "prompt_id": "p", "token_ids": [1]}])
+    s.end_session()
+    return s.root
+
+
+def test_best_arm_per_level_ratios_and_targets(tmp_path):
+    emb = store(tmp_path, "emb", {("none", 1): [1500, 1600], ("mtp-k3", 1): [1900],
+                                  ("dflash-k7", 1): [2100], ("none", 8): [5000],
+                                  ("mtp-k3", 8): [7000], ("dflash-k7", 8): [6000]})
+    vll = store(tmp_path, "vllm", {("none", 1): [600], ("mtp-k3", 1): [800],
+                                   ("dflash-k7", 1): [700], ("none", 8): [5500],
+                                   ("dflash-k7", 8): [5200]})
+    stores = [parity.load_store("embedded", emb), parity.load_store("vLLM", vll)]
+    rows = {(r["engine"], r["concurrency"]): r for r in peer.rows(stores, "embedded")}
+    assert rows[("embedded", 1)]["best speculative arm"] == "dflash-k7"
+    assert rows[("embedded", 8)]["best speculative arm"] == "mtp-k3"  # the best moves with load
+    assert rows[("vLLM", 1)]["best speculative arm"] == "mtp-k3"
+    assert rows[("vLLM", 1)]["embedded's autoregressive over this (ratio)"] == 1550 / 600
+    assert rows[("vLLM", 1)]["embedded's best over this (ratio)"] == 2100 / 800
+    assert rows[("embedded", 1)]["autoregressive tok/s"]["mean"] == 1550
+    lines = peer.targets(stores, "embedded")
+    assert lines[0].endswith("2.58x (target >= 1.5x) met")
+    assert lines[1].endswith("0.91x (target >= 1x) missed")
+    assert "32 streams" not in "".join(lines)  # no level at 32 in either store: no line
+
+
+def test_a_level_one_engine_lacks_is_said_not_zeroed(tmp_path):
+    emb = store(tmp_path, "emb", {("none", 1): [1500], ("none", 32): [9000]})
+    vll = store(tmp_path, "vllm", {("none", 1): [600]})
+    stores = [parity.load_store("embedded", emb), parity.load_store("vLLM", vll)]
+    r = {(x["engine"], x["concurrency"]): x for x in peer.rows(stores, "embedded")}
+    assert r[("vLLM", 32)]["autoregressive tok/s"] is None
+    assert r[("vLLM", 32)]["note"] == "no autoregressive cell at this level"
+    assert any("32 streams: embedded against vLLM: not measured (vLLM has no" in line
+               for line in peer.targets(stores, "embedded"))
+
+
+def test_the_script_prints_the_table_and_the_targets(tmp_path, capsys):
+    emb = store(tmp_path, "emb", {("none", 1): [1500]})
+    vll = store(tmp_path, "vllm", {("none", 1): [600]})
+    out = load_script("peer").main(["--store", f"embedded={emb}", "--store", f"vLLM={vll}"])
+    text = capsys.readouterr().out
+    assert "best speculative arm" in text and "2.50x (target >= 1.5x) met" in text
+    assert out["targets"]
