@@ -193,3 +193,27 @@ def test_the_side_by_side_script_runs_every_arm_into_one_store(tmp_path, monkeyp
     with tarfile.open(tmp_path / "a.tar.gz") as tar:  # the final archive: the whole store
         merged = [n for n in tar.getnames() if "/cells/session-" in n]
     assert len(merged) == 3
+
+
+def test_a_reader_meets_a_part_another_session_merges_away_and_reads_again(tmp_path,
+                                                                             monkeypatch):
+    """A part listed, then merged into its session file and deleted by its own session
+    before it is read: the read is taken again and finds the rows in the merged file."""
+    from specrepro import results
+
+    store = ResultStore(tmp_path, "st", "r")
+    store.begin_session({})
+    row = {"cell_id": "0123456789abcdef", "status": "ok", "arm": "a", "workload": "w",
+           "concurrency": 1, "repeat": 0, "ended_at": results.now()}
+    store.append_cell(row, [{"request_idx": 0, "prompt_id": "p"}])
+    real, merged = results._files, []
+
+    def files(root, table):  # list the parts, then merge them away before they are read
+        found = real(root, table)
+        if not merged:
+            merged.append(store.merge_session())
+        return found
+
+    monkeypatch.setattr(results, "_files", files)
+    assert results.load_attempts(store.root)["cell_id"].to_list() == ["0123456789abcdef"]
+    assert merged == [{"requests": 1, "cells": 1}]

@@ -40,12 +40,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import math
 import os
 import re
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -263,6 +265,26 @@ def _with_added(df: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataF
                            for c in ADDED_COLUMNS if c in schema and c not in df.columns)
 
 
+def _vanishing_parts_retried(read):
+    """Another session of the store may merge its parts while this one reads (`specrepro
+    run --arm`): its merged file is written before its parts go, so a part that vanished
+    between the listing and the read means reading the folder again finds its rows."""
+    @functools.wraps(read)
+    def again(*args, **kwargs):
+        for _ in range(VANISHED_RETRIES - 1):
+            try:
+                return read(*args, **kwargs)
+            except FileNotFoundError:
+                time.sleep(0.05)
+        return read(*args, **kwargs)
+
+    return again
+
+
+VANISHED_RETRIES = 5
+
+
+@_vanishing_parts_retried
 def load_attempts(path: Path | str) -> pl.DataFrame:
     """Every attempt (ok, failed, interrupted) under a run directory or any directory above."""
     return _read(_files(Path(path), "cells"), "cells")
@@ -279,6 +301,7 @@ def load_cells(path: Path | str) -> pl.DataFrame:
                   nulls_last=True))
 
 
+@_vanishing_parts_retried
 def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.DataFrame:
     """The requests of the attempts load_cells() chooses (or of the cells given)."""
     root = Path(path)
