@@ -4,6 +4,7 @@ choosing cells, tables, the published overlay, gates, verdicts, figures and the 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -11,7 +12,7 @@ import polars as pl
 import pytest
 
 from specrepro import analysis as sa
-from specrepro import identity, pipeline, results
+from specrepro import identity, params, pipeline, results
 from specrepro.analysis import finding as finding_mod
 from specrepro.analysis import report, tables
 from specrepro.harness.runner import RunSummary
@@ -69,8 +70,93 @@ def test_replay_returns_one_row_per_declared_cell(tmp_path):
 
 
 def test_replay_of_an_empty_store_says_how_to_measure(tmp_path):
-    with pytest.raises(finding_mod.FindingError, match="mode 'auto' or 'run'"):
+    with pytest.raises(finding_mod.FindingError, match="mode 'auto' or 'run'") as err:
         pipeline.load_finding(SMOKE, "01_drafter_block_sweep", "replay", tmp_path)
+    # the study, and the commands that measure it with this very suite
+    assert "study '01_drafter_block_sweep' of suite 'smoke'" in str(err.value)
+    assert "make nb NB=01_drafter_block_sweep PARAMS=params/smoke.yaml" in str(err.value)
+    assert "specrepro run params/smoke.yaml --notebook 01_drafter_block_sweep" in str(err.value)
+
+
+H200_EMBEDDED = ROOT / "params" / "h200-embedded.yaml"
+NO_GPU = {"gpus": [], "note": "no NVIDIA GPU answered NVML: test"}
+
+
+def test_a_partial_store_replays_what_is_there_and_names_what_is_missing(tmp_path):
+    """A run stopped at its deadline: replay keeps the stored cells, counts and names the
+    missing ones (all of an arm, or a level's missing repeats), and fills none in."""
+    study = write_cells(tmp_path, SMOKE, "06_draft_schedule_under_load", plain)
+    # take out one arm and one level of another: rewrite the store without them
+    store = tmp_path / study.name
+    suite, _ = pipeline.study_for(SMOKE, "06_draft_schedule_under_load")
+    cells = results.load_cells(store / suite.run_id)
+    arms = [a.name for a in study.arms]
+    gone_arm, cut_arm = arms[-1], arms[1]
+    top = max(c.concurrency for c in study.cells())
+    keep = cells.filter((pl.col("arm") != gone_arm)
+                        & ~((pl.col("arm") == cut_arm) & (pl.col("concurrency") == top)))
+    shutil.rmtree(store)
+    out = results.ResultStore(tmp_path, study.name, suite.run_id)
+    out.begin_session({"params": {"test": True}})
+    for row in keep.to_dicts():
+        out.append_cell(row, [{"request_idx": 0, "prompt_id": "p0", "text": "t"}])
+    out.end_session()
+    f = pipeline.load_finding(SMOKE, "06_draft_schedule_under_load", "replay", tmp_path)
+    n_arm = sum(1 for c in study.cells() if c.arm.name == gone_arm)
+    n_cut = sum(1 for c in study.cells() if c.arm.name == cut_arm and c.concurrency == top)
+    assert f.missing == n_arm + n_cut and f.cells.height == f.declared - f.missing
+    text = f.missing_text()
+    assert f"{gone_arm}: all {n_arm} cells" in text
+    assert f"{cut_arm}: {top} streams" in text
+    assert text in f.describe()
+    s = sa.summary.summary(f, sa.claims_for(f.notebook_id))
+    assert s["partial"].startswith(f"Partial results: {f.missing} of the {f.declared} cells")
+    assert "Partial results" in sa.summary.summary_html(s)
+    assert not f.cells.filter(pl.col("arm") == gone_arm).height  # nothing stands in
+
+
+def test_auto_does_not_measure_cuda_arms_on_a_machine_without_a_gpu(tmp_path, monkeypatch):
+    """The H200 suite on a CPU: auto replays what is stored and never starts an engine (it
+    would fail on --device cuda and write logs into the committed store); a study with
+    nothing stored fails naming the study, the reason and the command that measures it."""
+    calls = []
+    monkeypatch.setattr(pipeline, "measure", lambda *a, **k: calls.append(k) or RunSummary())
+    monkeypatch.setattr(finding_mod.provenance, "gpu_info", lambda: NO_GPU)
+    with pytest.raises(finding_mod.FindingError) as err:
+        pipeline.load_finding(H200_EMBEDDED, "04_engine_comparison", "auto", tmp_path)
+    msg = str(err.value)
+    assert calls == []
+    assert "study '04_engine_comparison' of suite 'h200-embedded'" in msg
+    assert "on a GPU (--device cuda, or vLLM or SGLang) and this machine has no NVIDIA GPU" \
+        in msg
+    assert "make nb NB=04_engine_comparison PARAMS=params/h200-embedded.yaml" in msg
+    from specrepro.analysis import notebooks
+    assert not notebooks.measures("04_engine_comparison", H200_EMBEDDED, "auto", tmp_path)
+    # with a GPU, auto measures the missing cells as before
+    monkeypatch.setattr(finding_mod.provenance, "gpu_info",
+                        lambda: {"gpus": [{"name": "NVIDIA H200"}]})
+    assert notebooks.measures("04_engine_comparison", H200_EMBEDDED, "auto", tmp_path)
+    with pytest.raises(finding_mod.FindingError):  # the stub stored nothing
+        pipeline.load_finding(H200_EMBEDDED, "04_engine_comparison", "auto", tmp_path)
+    assert calls == [{"fresh": False}]
+
+
+def test_launched_vllm_and_sglang_arms_are_never_measured_on_a_machine_without_a_gpu(
+        monkeypatch):
+    """A vLLM or SGLang arm the harness would launch needs the GPU machine, as a --device
+    cuda one does: on a CPU, auto replays (a launch here would only fail, into the committed
+    store); an attached engine is wherever its URL is."""
+    monkeypatch.setattr(finding_mod.provenance, "gpu_info", lambda: NO_GPU)
+    suite = params.load_suite(ROOT / "params" / "h200-engines.yaml")
+    for sid in ("01_drafter_block_sweep", "parity-vllm", "parity-sglang"):
+        study = params.resolve_study(suite, sid)
+        assert finding_mod.cuda_arms(study) == [a.name for a in study.arms]
+        assert "vLLM or SGLang" in finding_mod.cannot_measure_here(study)
+    from types import SimpleNamespace as NS
+
+    attached = NS(arms=[NS(name="proxy", resolved=NS(engine="attach", flags={})),
+                        NS(name="local", resolved=NS(engine="embedded", flags={"device": "cpu"}))])
+    assert finding_mod.cuda_arms(attached) == []
 
 
 def test_auto_replays_a_complete_store_and_measures_a_partial_one(tmp_path, monkeypatch):

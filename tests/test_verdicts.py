@@ -251,3 +251,23 @@ def test_same_holds_when_the_difference_is_inside_the_spread():
             + runs("engine-b-spec", "acceptance_length", [2.9, 3.05, 3.2], workload="essays"))
     c = check(verdicts.verdict(finding("04_engine_comparison", rows)), "Essays, one stream: the same tokens")
     assert c.outcome == "holds" and c.reason == "inside the run-to-run range"
+
+
+def test_highest_is_the_declared_level_so_a_partial_store_is_not_judged_lower_down():
+    """06 on the default suite declares 1-8 streams; a run stopped before 8 streams of static
+    7 drafts must leave "at the highest load" not testable, naming 8 streams, instead of
+    judging it at 4 (the highest both arms happen to have)."""
+    rows = []
+    for level in (1, 2, 4, 8):
+        rows += runs("none", "agg_tok_s", [100.0 * level] * 3, workload="essays",
+                     concurrency=level)
+        if level < 8:
+            rows += runs("static-k7", "agg_tok_s", [90.0 * level] * 3, workload="essays",
+                         concurrency=level)
+    v = verdicts.verdict(finding("06_draft_schedule_under_load", rows))
+    high = check(v, "Static 7 drafts is slower than no speculation at the highest load")
+    assert high.outcome == "not testable here" and high.measured == ""
+    assert "8 streams" in high.reason and "1, 2, 4" in high.reason
+    assert "32 streams" in high.article  # the article's side is still named
+    low = check(v, "Static 7 drafts beats no speculation at low load")
+    assert "1 stream" in low.measured and low.outcome == "does not hold"

@@ -9,7 +9,10 @@ Design:
   empty store is an error that says how to measure); `run` measures the whole study anew
   through the harness's `run_study`; `auto` replays when every cell the study declares has
   a stored `ok` row that matches it, and measures otherwise (the runner resumes: only
-  missing cells run).
+  missing cells run), but only where this machine can run the study's arms
+  (`finding.cannot_measure_here`: `--device cuda` arms need an NVIDIA GPU); elsewhere it
+  replays what is stored, the finding naming the missing cells, and a study with nothing
+  stored fails with the command that measures it.
 - This is the only module that both reads findings and starts engines: `analysis` reads
   results tables only, the harness measures; here one decides which and calls the other.
 """
@@ -28,6 +31,7 @@ from specrepro.analysis.finding import (
     Finding,
     FindingError,
     Mode,
+    cannot_measure_here,
     missing_cells,
     project_root,
     stored_cells,
@@ -95,7 +99,11 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
     store_root = base / study.name / suite.run_id
     measured = False
     stored = stored_cells(store_root, study)  # read once; again only after measuring
-    if mode == "run" or (mode == "auto" and missing_cells(store_root, study, stored).height):
+    why_not = ""
+    if mode == "auto" and missing_cells(store_root, study, stored).height:
+        why_not = cannot_measure_here(study)
+    if mode == "run" or (mode == "auto" and not why_not
+                         and missing_cells(store_root, study, stored).height):
         summary = measure(study, base, suite.run_id, fresh=(mode == "run"))
         measured = True
         stored = stored_cells(store_root, study)
@@ -107,13 +115,29 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
                 + missing_local_folders(study))
     cells = stored
     if cells.height == 0:
+        suite_file = _shown(suite.path)
+        why_not = why_not or cannot_measure_here(study)
         raise FindingError(
-            f"{notebook_id}: no stored results for study {study.name!r} in {store_root}; "
-            "measure them with mode 'auto' or 'run' (make nb NB=... or make all)"
+            f"{notebook_id}: no stored results for study {study.name!r} of suite "
+            f"{suite.name!r} in {_shown(store_root)}: it was never measured"
+            + (f", and this machine cannot measure it ({why_not})" if why_not else "")
+            + f". Measure it{' on a machine with an NVIDIA GPU' if why_not else ''} "
+            f"(mode 'auto' or 'run') with `make nb NB={notebook_id} PARAMS={suite_file}` or "
+            f"`specrepro run "
+            f"{suite_file} --notebook {notebook_id}`; its cells are stored under "
+            f"{_shown(store_root.parent)}/"
             + missing_local_folders(study))
     labels = {a.name: a.label or a.name for a in study.arms}
     cells = cells.with_columns(pl.col("arm").replace_strict(labels, default=None).alias("label"))
     reqs = results.load_requests(store_root, cells)
     manifest = results.ResultStore(base, study.name, suite.run_id).manifest()
     return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,
-                   missing_cells(store_root, study, stored).height)
+                   missing_cells(store_root, study, stored).height, why_not)
+
+
+def _shown(path: Path) -> str:
+    """A path as a reader types it: relative to the project root where it lies below it."""
+    try:
+        return str(Path(path).resolve().relative_to(project_root()))
+    except ValueError:
+        return str(path)

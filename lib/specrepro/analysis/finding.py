@@ -12,6 +12,11 @@ Design:
   the same arm and level made under other parameters (a profile flag, the prompt form, stop
   strings) are left out, so a changed study never mixes its figures with stale ones and
   `auto` measures it anew.
+- A store may hold only part of a study (a run stopped at its deadline): the finding keeps
+  the missing cells (`missing_cells`) and says in words which they are (`missing_text`);
+  nothing stands in for them. `auto` measures them only where this machine can run the
+  arms (`cannot_measure_here`: an arm whose engine runs with `--device cuda` needs an NVIDIA
+  GPU that NVML sees); elsewhere it replays what is stored and says why it did not measure.
 - Paths in a notebook's parameters are relative to the project root (`project_root`,
   `at_project_root`), under Jupyter and under papermill alike.
 """
@@ -25,7 +30,7 @@ from typing import Literal
 
 import polars as pl
 
-from specrepro import identity, results
+from specrepro import identity, provenance, results
 from specrepro.params import ResolvedStudy, Suite
 
 # A notebook's `mode` parameter: the notebook runner checks it before executing, and
@@ -73,6 +78,18 @@ class Finding:
     measured: bool  # this call measured (False: replayed)
     manifest: dict
     missing: int = 0  # declared cells with no ok row (failed or not yet measured)
+    not_measured_why: str = ""  # why `auto` replayed with cells missing (cannot_measure_here)
+
+    @property
+    def declared(self) -> int:
+        """How many cells the study declares."""
+        return declared_cells(self.study).height
+
+    def missing_text(self) -> str:
+        """The declared cells with no successful measurement, in words ('' when none)."""
+        if not self.missing:
+            return ""
+        return missing_text(self.study, missing_cells(self.store_root, self.study, self.cells))
 
     @property
     def labels(self) -> dict[str, str]:
@@ -100,8 +117,11 @@ class Finding:
             f"({how}) from {self.store_root}; engines {engines}"
             + (f" ({', '.join(versions)})" if versions else "")
             + f"; params {self.suite.path.name}"
-            + (f"; {self.missing} declared cells have no successful measurement (see "
+            + (f"; {self.missing} of the {self.declared} declared cells have no successful "
+               f"measurement and are left out, never estimated: {self.missing_text()} (see "
                f"{self.store_root / 'manifest.json'})" if self.missing else "")
+            + (f"; not measured here: {self.not_measured_why}" if self.not_measured_why
+               else "")
         )
 
 
@@ -173,3 +193,66 @@ def missing_cells(store_root: Path, study: ResolvedStudy,
         stored = stored_cells(store_root, study)
     have = stored.select(CELL_MATCH)
     return declared_cells(study).join(have, on=CELL_MATCH, how="anti", nulls_equal=True)
+
+
+def _streams(n: int) -> str:
+    return f"{n} stream{'s' if n != 1 else ''}"
+
+
+def missing_text(study: ResolvedStudy, missing: pl.DataFrame) -> str:
+    """The missing cells in words, per arm in the study's order: 'schedule: all 18 cells;
+    static-k7: 4 streams (2 of its 3 repeats: 1, 2), 8 streams, ...' (the workload and
+    temperature are named where the study has more than one)."""
+    if not missing.height:
+        return ""
+    declared = declared_cells(study)
+    multi_work = declared["workload"].n_unique() > 1
+    multi_temp = declared["temperature"].n_unique() > 1
+    parts = []
+    for arm in [a.name for a in study.arms]:
+        gone = missing.filter(pl.col("arm") == arm)
+        if not gone.height:
+            continue
+        mine = declared.filter(pl.col("arm") == arm)
+        if gone.height == mine.height:
+            parts.append(f"{arm}: all {mine.height} cells")
+            continue
+        levels = []
+        for (work, temp, conc), g in gone.group_by(
+                ["workload", "temperature", "concurrency"], maintain_order=True):
+            want = mine.filter((pl.col("workload") == work) & (pl.col("temperature") == temp)
+                               & (pl.col("concurrency") == conc))
+            where = ", ".join(([work] if multi_work else [])
+                              + ([f"T={temp:g}"] if multi_temp else []))
+            text = _streams(conc) + (f" at {where}" if where else "")
+            if g.height < want.height:
+                reps = ", ".join(str(r) for r in sorted(g["repeat"].to_list()))
+                text += f" ({g.height} of its {want.height} repeats: {reps})"
+            levels.append(text)
+        parts.append(f"{arm}: " + ", ".join(levels))
+    return "; ".join(parts)
+
+
+GPU_ENGINES = ("vllm", "sglang")  # engines the harness launches only on a GPU machine
+
+
+def cuda_arms(study: ResolvedStudy) -> list[str]:
+    """The arms whose engine needs an NVIDIA GPU: run with `--device cuda`, or a vLLM or
+    SGLang the harness launches (an attached one is wherever its URL is)."""
+    return [a.name for a in study.arms
+            if str((a.resolved.flags or {}).get("device", "")).startswith("cuda")
+            or a.resolved.engine in GPU_ENGINES]
+
+
+def cannot_measure_here(study: ResolvedStudy) -> str:
+    """Why this machine cannot measure the study's arms ('' when it can): arms that run on
+    `--device cuda` and no NVIDIA GPU that NVML sees."""
+    arms = cuda_arms(study)
+    if not arms:
+        return ""
+    gpu = provenance.gpu_info()
+    if gpu.get("gpus"):
+        return ""
+    note = f" ({gpu['note']})" if gpu.get("note") else ""
+    return (f"arms {', '.join(arms)} run their engine on a GPU (--device cuda, or vLLM or "
+            f"SGLang) and this machine has no NVIDIA GPU{note}")

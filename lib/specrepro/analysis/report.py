@@ -167,6 +167,9 @@ def summary_rows(rep: Report) -> str:
     s = rep.summary
     checks = s.get("checks") or [{}]
     span = f" rowspan='{len(checks)}'" if len(checks) > 1 else ""
+    # a partial store (summary.partial) is said beside the claim, as in the report
+    partial = (f"<br><small class='partial'><strong>{_esc(s['partial'])}.</strong></small>"
+               if s.get("partial") else "")
     rows = []
     for i, c in enumerate(checks):
         ratio = c.get("ratio")
@@ -182,7 +185,7 @@ def summary_rows(rep: Report) -> str:
         if i == 0:
             rows.append(f"<tr class='finding' data-outcome='{_esc(outcome)}'>"
                         f"<td{span}>{link}<br><small>article {_esc(s.get('article'))}</small></td>"
-                        f"<td{span}>{_esc(s.get('claim'))}</td>{check}"
+                        f"<td{span}>{_esc(s.get('claim'))}{partial}</td>{check}"
                         f"<td class='verdict'{span}>{_esc(verdict)}</td></tr>")
         else:
             rows.append(f"<tr class='check-more'>{check}</tr>")

@@ -9,6 +9,9 @@ Design:
   and target (published/arms.csv), and this run's engine and version with its hardware
   (CPU model and count, or GPU name and driver, from the run's manifest) and where the
   engine and the client ran (the manifest's `placement`).
+- A partial store (a run stopped at its deadline) is said under the verdict line: how many
+  of the declared cells have no measurement and which (`Finding.missing_text`); the checks
+  that need them are not testable here, never judged on a stand-in.
 - The HTML is `<table id="summary">`, one `<tr class="check" data-outcome=...>` per check,
   the verdict in `<td class="verdict">`; the same content travels as output metadata
   (`{"specrepro": {"summary": ...}}`) for the index (report.py), so nothing is parsed back
@@ -105,7 +108,17 @@ def summary(f: Finding, claims: Claims, v: Verdict | None = None) -> dict:
     return {"notebook_id": f.notebook_id, "title": claims.title, "article": claims.article,
             "claim": claims.claim, "outcome": v.outcome, "symbol": v.symbol, "text": v.text,
             "article_substrate": article_substrate(claims), "substrate": measured_substrate(f),
-            "checks": [c.as_dict() for c in v.checks]}
+            "checks": [c.as_dict() for c in v.checks], "partial": partial(f)}
+
+
+def partial(f: Finding) -> str:
+    """'' for a complete store, else the missing cells in words for the verdict line."""
+    if not f.missing:
+        return ""
+    return (f"Partial results: {f.missing} of the {f.declared} cells this study declares have "
+            f"no successful measurement ({f.missing_text()}); the checks that need them are "
+            "not testable here and no figure stands in for a missing cell"
+            + (f"; not measured here: {f.not_measured_why}" if f.not_measured_why else ""))
 
 
 def _td(text, cls: str = "") -> str:
@@ -132,6 +145,8 @@ def summary_html(s: dict) -> str:
             f"Verdict: {s['symbol']} {html.escape(s['outcome'])}</strong> "
             f"({html.escape(s['text'].split('(', 1)[-1].rstrip(')'))}). "
             f"The article's finding: {html.escape(s['claim'])}</p>")
+    if s.get("partial"):
+        line += f'<p class="partial"><strong>{html.escape(s["partial"])}.</strong></p>'
     return (line + '<table id="summary" class="specrepro summary"><caption>Each check of '
             "the article's finding, the article's value beside the measured one, and the rule "
             "that judged it (substitute gates, where listed, are this suite's own and do not "

@@ -7,7 +7,10 @@ Design:
   measured one as text (with the level and temperature each was taken at), the ratio of the
   measured effect to the article's, and the rule in words, so a reader sees why.
 - A side's level resolves per side: `lowest` / `highest` is the lowest / highest
-  concurrency at which both arms were measured, on the measured side and, separately, in
+  concurrency the study declares for both arms, which must then have been measured for both
+  (a partial store, a run stopped at its deadline, makes such a check not testable here,
+  naming the level, rather than judging it at a lower one); with no declared levels (a
+  finding built by hand), the lowest / highest at which both arms were measured; on the measured side and, separately, in
   the article (which may have reached 16 streams where this study stops at 8: both are
   named). A published figure matches a measured one at the same workload (claims.yaml
   `workloads` maps names) and temperature (or claims.yaml `published_temperature`).
@@ -29,7 +32,7 @@ import polars as pl
 from specrepro import metrics
 from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims, claims_for
-from specrepro.analysis.finding import Finding
+from specrepro.analysis.finding import Finding, declared_cells
 from specrepro.analysis.gates import evaluate_gate
 from specrepro.analysis.overlay import choose
 from specrepro.analysis.rules import OUTCOMES, SYMBOLS, Rule, Side
@@ -145,18 +148,38 @@ def _resolve(f: Finding, side: Side, other: Side | None) -> tuple[pl.DataFrame, 
     temp = _only(cells, "temperature", side.temperature, "temperature")
     part = cells.filter((pl.col("workload") == workload) & (pl.col("temperature") == temp))
     levels = set(part["concurrency"].to_list())
+    declared = _declared_levels(f, side.arm, workload, temp)
     if other is not None:
         oc = _arm_cells(f, other.arm)
         ow = _only(oc, "workload", other.workload or side.workload, "workload")
         ot = _only(oc, "temperature", other.temperature, "temperature")
         levels &= set(oc.filter((pl.col("workload") == ow) & (pl.col("temperature") == ot))
                       ["concurrency"].to_list())
-    return part, {"workload": workload, "temperature": temp, "levels": sorted(levels)}
+        declared &= _declared_levels(f, other.arm, ow, ot)
+    return part, {"workload": workload, "temperature": temp, "levels": sorted(levels),
+                  "declared": sorted(declared)}
 
 
-def _level(wanted, levels: list[int], where: str) -> int | None:
+def _declared_levels(f: Finding, arm: str, workload: str, temp: float) -> set[int]:
+    """The concurrency levels the finding's study declares for one arm, workload and
+    temperature."""
+    d = declared_cells(f.study)
+    return set(d.filter((pl.col("arm") == arm) & (pl.col("workload") == workload)
+                        & (pl.col("temperature") == temp))["concurrency"].to_list())
+
+
+def _level(wanted, levels: list[int], where: str, declared: list[int] = (),
+           empty_ok: bool = False) -> int | None:
     if wanted == "any":
         return None
+    if wanted in ("lowest", "highest") and declared:
+        level = declared[0] if wanted == "lowest" else declared[-1]
+        if level not in levels and not empty_ok:
+            raise _Untestable(
+                f"{where}: the {wanted} level this study declares for both arms, {level} "
+                f"streams, has no successful measurement of both (cells missing from the "
+                f"store; both measured at: {', '.join(map(str, levels)) or 'no level'})")
+        return level
     if not levels:
         raise _Untestable(f"{where}: no concurrency level has both arms measured")
     if wanted == "lowest":
@@ -173,7 +196,7 @@ def _measure(f: Finding, side: Side, other: Side | None, metric: str,
     """One side's values over repeats (empty_ok: its level, even with no values, so the
     article's twin can still be named)."""
     part, at = _resolve(f, side, other)
-    level = _level(side.concurrency, at["levels"], side.arm)
+    level = _level(side.concurrency, at["levels"], side.arm, at["declared"], empty_ok)
     if level is not None:
         part = part.filter(pl.col("concurrency") == level)
     words, _, factor = tables.NAMES[metric]
