@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("specrepro.params.cli", "validate a params file (suite, study or profile)"),
     "compact": ("specrepro.results", "merge a results store's part files, one file per session"),
     "export-drafters": ("specrepro.embedded.export", "write the drafters in the layouts vLLM and SGLang load"),
+    "export-nvfp4": ("specrepro.embedded.export_nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),
 }
 
 
