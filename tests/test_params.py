@@ -477,17 +477,28 @@ def test_h200_engine_profiles_cover_every_method_and_draft_count():
     assert set(have) == want
 
 
-def test_the_h200_engines_suite_is_notebook_01_on_vllm_026():
+def test_the_h200_engines_suite_binds_01_02_06_on_vllm_026_and_its_studies():
     suite = params.load_suite(PARAMS / "h200-engines.yaml")
     assert suite.results_path == (ROOT / "results" / "h200-engines").resolve()
-    (nb, st), = params.resolve_all(suite).items()
-    assert nb == "01_drafter_block_sweep" and st.baseline == "mtp-k3"
+    studies = params.resolve_all(suite)
+    assert list(studies) == ["01_drafter_block_sweep", "02_temperature_spread",
+                             "06_draft_schedule_under_load"]
+    st = studies["01_drafter_block_sweep"]
+    assert st.baseline == "mtp-k3"
     assert {a.name: a.resolved.name for a in st.arms} == {
         "mtp-k3": "vllm-0.26-eagle-k3", "dflash-k4": "vllm-0.26-dflash-k4",
         "dflash-k5": "vllm-0.26-dflash-k5", "dflash-k7": "vllm-0.26-dflash-k7"}
-    assert st.concurrency == [1, 8] and [s.temperature for s in st.sampling] == [0.0]
+    assert st.concurrency == [1, 2, 4, 8, 16] and [s.temperature for s in st.sampling] == [0.0]
     assert [(w.name, w.n) for w in st.workloads] == [("humaneval", 32)]
-    assert sum(1 for _ in st.cells()) == 4 * 2 * st.repeats
+    assert sum(1 for _ in st.cells()) == 4 * 5 * st.repeats
+    assert [s.temperature for s in studies["02_temperature_spread"].sampling] == [0.7, 1.0]
+    assert studies["02_temperature_spread"].repeats == 4
+    assert studies["06_draft_schedule_under_load"].concurrency == [1, 8, 32]
+    assert all(a.resolved.engine == "vllm" for s in studies.values() for a in s.arms)
+    assert list(suite.studies) == ["parity-vllm", "parity-sglang", "peer-vllm", "peer-sglang"]
+    sglang = params.resolve_study(suite, "parity-sglang")
+    assert {a.resolved.api for a in sglang.arms} == {"native"}
+    assert len({a.resolved.port for a in sglang.arms}) == len(sglang.arms)  # side by side
 
 
 def test_the_h200_engines_results_are_not_git_ignored():
