@@ -217,3 +217,34 @@ def test_a_reader_meets_a_part_another_session_merges_away_and_reads_again(tmp_p
     monkeypatch.setattr(results, "_files", files)
     assert results.load_attempts(store.root)["cell_id"].to_list() == ["0123456789abcdef"]
     assert merged == [{"requests": 1, "cells": 1}]
+
+
+def test_repeated_session_params_are_stored_once_and_read_whole(tmp_path):
+    """Arms side by side make one session each with the same resolved study: the manifest
+    keeps it once; reading gives every session its params; old manifests are compacted
+    losslessly."""
+    from specrepro import results
+
+    params = {"arms": [{"name": "a", "profile": {"flags": {"x": 1}}}], "n": 32}
+    store = ResultStore(tmp_path, "st", "r")
+    first = store.begin_session({"params": params})["session_id"]
+    store.end_session()
+    other = ResultStore(tmp_path, "st", "r")
+    other.begin_session({"params": params})
+    other.update_session(note="edited after")
+    other.end_session()
+    third = ResultStore(tmp_path, "st", "r")
+    third.begin_session({"params": {**params, "n": 64}})  # changed: a copy of its own
+    raw = json.loads((tmp_path / "st" / "r" / "manifest.json").read_text())["sessions"]
+    assert raw[1]["params"] == {"same_as_session": first}
+    assert raw[2]["params"]["n"] == 64
+    whole = store.manifest()["sessions"]
+    assert [s["params"]["n"] for s in whole] == [32, 32, 64]
+    assert whole[1]["note"] == "edited after" and whole[1]["status"] == "ok"
+    # a manifest written with a copy per session: compacted to references, read the same
+    raw[1]["params"] = params
+    (tmp_path / "st" / "r" / "manifest.json").write_text(json.dumps({"sessions": raw}))
+    before = store.manifest()
+    assert store.dedupe_manifest() == 1
+    assert store.manifest() == before
+    assert results.compact(tmp_path) == {tmp_path / "st" / "r": {"requests": 0, "cells": 0}}

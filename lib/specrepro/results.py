@@ -329,6 +329,23 @@ def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.Dat
 
 # ------------------------------------------------------------------------- store
 
+SAME_AS = "same_as_session"  # a session's params stored as a reference to an earlier one's
+
+
+def resolve_params_refs(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with each `{"same_as_session": id}` params replaced by that session's
+    params (the referenced session always precedes it)."""
+    seen: dict[str, Any] = {}
+    sessions = []
+    for s in manifest.get("sessions", []):
+        p = s.get("params")
+        if isinstance(p, dict) and set(p) == {SAME_AS}:
+            s = {**s, "params": seen.get(p[SAME_AS])}
+        seen[s.get("session_id")] = s.get("params")
+        sessions.append(s)
+    return {**manifest, "sessions": sessions}
+
+
 
 class ResultStore:
     """One run of one study: `<results_dir>/<study>/<run_id>/`."""
@@ -345,10 +362,17 @@ class ResultStore:
 
     # -- manifest -----------------------------------------------------------------
 
-    def manifest(self) -> dict[str, Any]:
+    def _raw_manifest(self) -> dict[str, Any]:
+        """manifest.json as stored: a session whose params equal an earlier session's holds
+        `{"same_as_session": <id>}` instead of a copy (many sessions of one study, as arms
+        run side by side, would otherwise store the whole resolved study each)."""
         if self.manifest_path.is_file():
             return json.loads(self.manifest_path.read_text())
         return {"study": self.study, "run_id": self.run_id, "sessions": []}
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest with every session's params whole (references resolved)."""
+        return resolve_params_refs(self._raw_manifest())
 
     def begin_session(self, manifest_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Append a session to manifest.json: the caller's info (resolved params, engines
@@ -372,8 +396,15 @@ class ResultStore:
             **jsonable(dict(manifest_info or {})),
         }
         with _locked(self.root):  # another session may be editing it (runner: --arm)
-            manifest = self.manifest()
-            manifest["sessions"].append(session)
+            manifest = self._raw_manifest()
+            stored = dict(session)
+            if session["params"] is not None:
+                earlier = resolve_params_refs(manifest)["sessions"]
+                same = next((e["session_id"] for e in earlier
+                             if e.get("params") == session["params"]), None)
+                if same is not None:
+                    stored["params"] = {SAME_AS: same}
+            manifest["sessions"].append(stored)
             _write_json(manifest, self.manifest_path)
         return session
 
@@ -411,7 +442,7 @@ class ResultStore:
         if self.session_id is None:
             raise ResultsError(f"{self.root}: no session begun (call begin_session first)")
         with _locked(self.root):
-            manifest = self.manifest()
+            manifest = self._raw_manifest()
             session = next(s for s in manifest["sessions"]
                            if s["session_id"] == self.session_id)
             change(session)
@@ -507,8 +538,35 @@ class ResultStore:
 
     def compact(self) -> dict[str, int]:
         """Every part of this run into its session's merged file (killed sessions, old
-        stores); parts merged per table."""
-        return self._merge(None)
+        stores), and the manifest with each repeated session params stored once; parts
+        merged per table."""
+        done = self._merge(None)
+        self.dedupe_manifest()
+        return done
+
+    def dedupe_manifest(self) -> int:
+        """Rewrite manifest.json with every session's params that equal an earlier
+        session's as a reference to it (what begin_session writes today; manifests written
+        before kept a copy each). Lossless: manifest() reads the same. Returns how many
+        sessions became references."""
+        if not self.manifest_path.is_file():
+            return 0
+        with _locked(self.root):
+            raw = self._raw_manifest()
+            whole = resolve_params_refs(raw)["sessions"]
+            n = 0
+            for i, (s, full) in enumerate(zip(raw["sessions"], whole, strict=True)):
+                p = full.get("params")
+                if p is None or (isinstance(s.get("params"), dict)
+                                 and set(s["params"]) == {SAME_AS}):
+                    continue
+                same = next((e["session_id"] for e in whole[:i] if e.get("params") == p), None)
+                if same is not None:
+                    s["params"] = {SAME_AS: same}
+                    n += 1
+            if n:
+                _write_json(raw, self.manifest_path)
+        return n
 
     def _merge(self, sessions: set[str] | None) -> dict[str, int]:
         done = {}
@@ -612,7 +670,8 @@ def compact(path: Path | str) -> dict[Path, dict[str, int]]:
     """Merge the parts of every run folder at or under path (a results dir, a study, a run)
     into one file per session and table. Returns {run folder: {table: parts merged}}."""
     root = Path(path)
-    runs = sorted({f.parent.parent for t in KEYS for f in _files(root, t)})
+    runs = sorted({f.parent.parent for t in KEYS for f in _files(root, t)}
+                  | {m.parent for m in root.glob("**/manifest.json")})
     return {run: ResultStore(run.parent.parent, run.parent.name, run.name).compact()
             for run in runs}
 
