@@ -114,7 +114,7 @@ def embedded_scorer(model_dir: str, dtype: str, device: str, prompts: dict[str, 
 
     model, tok = load_target(model_dir, device=device, dtype=getattr(torch, dtype))
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def top(prompt_id: str, prefix: tuple[int, ...]) -> list[tuple[int, float]]:
         prompt = prompts[prompt_id]
         text = prompt if isinstance(prompt, str) else tok.apply_chat_template(prompt)

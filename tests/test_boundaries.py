@@ -35,7 +35,8 @@ RULES: dict[str, tuple[str, ...]] = {
                            "specrepro.params", "specrepro.results", *SHARED),
     # a gate names a column of the results tables
     "specrepro.params": ("specrepro.params", "specrepro.results", *SHARED),
-    "specrepro.results": ("specrepro.results", *SHARED),
+    "specrepro.results": ("specrepro.results", "specrepro.store_sharing", *SHARED),
+    "specrepro.store_sharing": (),
     "specrepro.workloads": ("specrepro.workloads", *SHARED),
     "specrepro.grading": ("specrepro.grading",),
     "specrepro.published": ("specrepro.published",),

@@ -309,8 +309,8 @@ def test_outputs_are_compared_up_to_the_end_of_text_and_the_rest_is_noted(tmp_pa
     assert stores[1].past_eos == 4
     table = parity.identity_table(stores)
     assert table.frame["token-identical"].to_list() == [4]
-    assert table.notes == ("other: 4 output(s) carried tokens after the end-of-text token; "
-                           "compared up to it",)
+    note = "other: 4 output(s) carried tokens after the end-of-text token; compared up to it"
+    assert table.notes == (note,)
     whole = parity.load_store("other", other)  # no end-of-text ids: compared whole
     assert parity.identity_table([stores[0], whole]).frame["token-identical"].to_list() == [0]
 

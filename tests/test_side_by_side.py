@@ -142,7 +142,7 @@ def test_an_archive_leaves_temporary_files_out_and_skips_one_that_vanishes(tmp_p
     with tarfile.open(tmp_path / "a.tar.gz") as tar:
         names = tar.getnames()
     assert "st/r/manifest.json" in names and "st/r/cells" in names
-    assert not any(n.endswith(".tmp") or n.endswith("gone.parquet") for n in names)
+    assert not any(n.endswith((".tmp", "gone.parquet")) for n in names)
 
 
 def test_a_launch_parses_only_its_own_lines_of_an_appended_log(tmp_path):
@@ -179,7 +179,8 @@ def test_the_side_by_side_script_runs_every_arm_into_one_store(tmp_path, monkeyp
            else "python3"}
     out = subprocess.run(["bash", str(REPO / "scripts/run_arms_side_by_side.sh"), str(path),
                           "parity", "400", str(tmp_path / "a.tar.gz"), "0"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=580)
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=580,
+                         check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "pass 1: exit statuses 0 0 0" in out.stdout
     root = tmp_path / "results" / "parity" / "standalone"

@@ -38,16 +38,13 @@ Design (docs/architecture.md "Contract: results"):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import functools
 import json
 import math
 import os
 import re
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -58,6 +55,15 @@ import polars as pl
 # the manifest stores params objects as the cell ids hash them (pydantic in JSON mode)
 from specrepro.identity import jsonable
 from specrepro.provenance import git_state, gpu_info, host_info, package_versions
+
+# settled is re-exported: an archive takes it from here (harness/deadline.py)
+from specrepro.store_sharing import (  # noqa: F401
+    SAME_AS,
+    locked,
+    resolve_params_refs,
+    settled,
+    vanishing_parts_retried,
+)
 
 STATUSES = ("ok", "failed", "interrupted")
 
@@ -265,26 +271,7 @@ def _with_added(df: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataF
                            for c in ADDED_COLUMNS if c in schema and c not in df.columns)
 
 
-def _vanishing_parts_retried(read):
-    """Another session of the store may merge its parts while this one reads (`specrepro
-    run --arm`): its merged file is written before its parts go, so a part that vanished
-    between the listing and the read means reading the folder again finds its rows."""
-    @functools.wraps(read)
-    def again(*args, **kwargs):
-        for _ in range(VANISHED_RETRIES - 1):
-            try:
-                return read(*args, **kwargs)
-            except FileNotFoundError:
-                time.sleep(0.05)
-        return read(*args, **kwargs)
-
-    return again
-
-
-VANISHED_RETRIES = 5
-
-
-@_vanishing_parts_retried
+@vanishing_parts_retried
 def load_attempts(path: Path | str) -> pl.DataFrame:
     """Every attempt (ok, failed, interrupted) under a run directory or any directory above."""
     return _read(_files(Path(path), "cells"), "cells")
@@ -301,7 +288,7 @@ def load_cells(path: Path | str) -> pl.DataFrame:
                   nulls_last=True))
 
 
-@_vanishing_parts_retried
+@vanishing_parts_retried
 def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.DataFrame:
     """The requests of the attempts load_cells() chooses (or of the cells given)."""
     root = Path(path)
@@ -328,24 +315,6 @@ def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.Dat
 
 
 # ------------------------------------------------------------------------- store
-
-SAME_AS = "same_as_session"  # a session's params stored as a reference to an earlier one's
-
-
-def resolve_params_refs(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest with each `{"same_as_session": id}` params replaced by that session's
-    params (the referenced session always precedes it)."""
-    seen: dict[str, Any] = {}
-    sessions = []
-    for s in manifest.get("sessions", []):
-        p = s.get("params")
-        if isinstance(p, dict) and set(p) == {SAME_AS}:
-            s = {**s, "params": seen.get(p[SAME_AS])}
-        seen[s.get("session_id")] = s.get("params")
-        sessions.append(s)
-    return {**manifest, "sessions": sessions}
-
-
 
 class ResultStore:
     """One run of one study: `<results_dir>/<study>/<run_id>/`."""
@@ -395,7 +364,7 @@ class ResultStore:
             "models": [],
             **jsonable(dict(manifest_info or {})),
         }
-        with _locked(self.root):  # another session may be editing it (runner: --arm)
+        with locked(self.root):  # another session may be editing it (runner: --arm)
             manifest = self._raw_manifest()
             stored = dict(session)
             if session["params"] is not None:
@@ -441,7 +410,7 @@ class ResultStore:
     def _edit_session(self, change: Any) -> dict[str, Any]:
         if self.session_id is None:
             raise ResultsError(f"{self.root}: no session begun (call begin_session first)")
-        with _locked(self.root):
+        with locked(self.root):
             manifest = self._raw_manifest()
             session = next(s for s in manifest["sessions"]
                            if s["session_id"] == self.session_id)
@@ -551,7 +520,7 @@ class ResultStore:
         sessions became references."""
         if not self.manifest_path.is_file():
             return 0
-        with _locked(self.root):
+        with locked(self.root):
             raw = self._raw_manifest()
             whole = resolve_params_refs(raw)["sessions"]
             n = 0
@@ -572,7 +541,7 @@ class ResultStore:
         done = {}
         for table, folder in (("requests", self.requests_dir), ("cells", self.cells_dir)):
             if folder.is_dir():
-                with _locked(folder):
+                with locked(folder):
                     done[table] = self._merge_table(table, folder, sessions)
         return done
 
@@ -609,41 +578,6 @@ class ResultStore:
             out.append(next((sid for t, sid in reversed(starts) if at is not None and t <= at),
                             UNKNOWN_SESSION))
         return out
-
-
-@contextlib.contextmanager
-def settled(root: Path):
-    """Shared locks on a store's root and table folders: no merge and no manifest edit
-    runs while it is held, so a copy taken under it (an archive) never misses a part that
-    another session's merge is folding into its session file, nor meets a manifest's
-    temporary file that vanishes as it is read."""
-    import fcntl
-
-    fds = []
-    try:
-        for folder in (Path(root), Path(root) / "cells", Path(root) / "requests"):
-            if folder.is_dir():
-                fds.append(os.open(folder, os.O_RDONLY))
-                fcntl.flock(fds[-1], fcntl.LOCK_SH)
-        yield
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def _locked(folder: Path):
-    """An exclusive flock on a folder: a table folder for the length of a merge, the
-    store's root for a read-modify-write of its manifest (sessions of one store may run
-    at once: `specrepro run --arm`)."""
-    import fcntl  # POSIX, as the harness is; imported here so reading needs none of it
-
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def _merge_parts(target: Path, parts: list[Path], table: str) -> None:

@@ -32,10 +32,9 @@ Design:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import math
 
 import polars as pl
 
