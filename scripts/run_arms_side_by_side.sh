@@ -14,13 +14,21 @@
 # 2): engines that size memory from what is free see fewer neighbours mid-start. Each arm's
 # output goes to <store>/logs/run--<arm>.txt. Exit status: the worst of the processes'.
 set -u
+if [ $# -lt 4 ]; then
+  echo "usage: $0 SUITE STUDY DEADLINE_S ARCHIVE [STAGGER_S]" >&2; exit 2
+fi
 suite=$1 study=$2 deadline=$3 archive=$4 stagger=${5:-2}
+case $deadline in ''|*[!0-9]*) echo "run_arms_side_by_side: DEADLINE_S: expected whole seconds, found '$deadline'" >&2; exit 2 ;; esac
 py=${PYTHON:-python3}
 start=$(date +%s)
 read -r store arms < <("$py" - "$suite" "$study" <<'PY'
 import sys
 from specrepro.harness.runner import resolve
-(st, results_dir, run_id), = resolve(sys.argv[1], [sys.argv[2]])
+from specrepro.params import ParamsError
+try:
+    (st, results_dir, run_id), = resolve(sys.argv[1], [sys.argv[2]])
+except (ParamsError, OSError, ValueError) as err:
+    sys.exit(f"run_arms_side_by_side: {err}")
 print(results_dir / st.name / run_id, " ".join(a.name for a in st.arms))
 PY
 ) || { echo "run_arms_side_by_side: cannot resolve study $study of $suite" >&2; exit 2; }
