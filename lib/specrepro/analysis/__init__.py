@@ -11,7 +11,7 @@ Design:
   beside measured), `gates`, `verdicts`, `figures` (by finding in `figures_sweep`,
   `figures_pairs`, `figures_load`, on `figures_common`), `show` (display helpers), `claims`
   (per-notebook data), `rules` (verdict rules as data), `summary` (a report's first
-  table), `notebooks` (papermill runner), `report` (HTML index, `specrepro report`),
+  table), `substrates` (its checks on every suite with stored results, beside each other), `notebooks` (papermill runner), `report` (HTML index, `specrepro report`),
   `arms_across` (the arms several notebooks measured at the same settings).
 """
 
@@ -29,8 +29,8 @@ from specrepro.analysis.verdicts import Verdict, verdict
 # `report`) does not pay for them; a notebook's first `sa.figures` / `sa.show_*` does.
 _LAZY = {"figures": ("specrepro.analysis.figures", None),
          **{name: ("specrepro.analysis.show", name) for name in (
-             "html_table", "show_figure", "show_header", "show_power_note", "show_summary",
-             "show_table", "untestable")}}
+             "html_table", "show_figure", "show_header", "show_power_note", "show_substrates",
+             "show_summary", "show_table", "untestable")}}
 
 
 def __getattr__(name: str):
@@ -46,5 +46,6 @@ def __getattr__(name: str):
 __all__ = [
     "Claims", "Finding", "Verdict", "at_project_root", "claims_for", "evaluate_gates",
     "figures", "html_table", "overlay", "overlay_tables", "published_points", "show_figure",
-    "show_header", "show_power_note", "show_summary", "show_table", "tables", "untestable", "verdict",
+    "show_header", "show_power_note", "show_substrates", "show_summary", "show_table", "tables",
+    "untestable", "verdict",
 ]

@@ -4,7 +4,9 @@ Design:
 - One entry per notebook: its title, the article's claim in a sentence, the map from the
   study's arm names to published arm ids (and workloads to published workloads), which of
   two published values to compare where an article prints two, and the article claims the
-  embedded engine cannot test (docs/design.md) with the reason.
+  embedded engine cannot test (docs/design.md) with the reason; an entry's `device: cpu | cuda`
+  says it only where the cells were measured on that device (the default suite's CPU
+  reasons, such as 8 request slots or the host's resident memory, are wrong on the H200).
 - Data, not code: a suite that renames arms adds its names to `arms` here; nothing in the
   notebooks or the table functions names a published arm.
 - `published_temperature`: the temperature of the article's figures a notebook compares
@@ -25,7 +27,7 @@ from importlib import resources
 
 import yaml
 
-from specrepro.analysis.rules import Rule, parse_checks
+from specrepro.analysis.rules import DEVICES, Rule, parse_checks
 from specrepro.published import load_arms, load_gates
 
 
@@ -38,6 +40,7 @@ class Untestable:
     claim: str
     why: str
     unless: str | None = None  # "power": testable where the cells carry measured watts
+    device: str | None = None  # "cpu" | "cuda": said only where the cells were measured there
 
 
 @dataclass(frozen=True)
@@ -101,12 +104,28 @@ def all_claims() -> dict[str, Claims]:
             arms=dict(entry.get("arms", {})),
             workloads=dict(entry.get("workloads", {})),
             prefer=tuple(Preference(**p) for p in entry.get("prefer", [])),
-            cannot_test=tuple(Untestable(**u) for u in entry.get("cannot_test", [])),
+            cannot_test=tuple(_untestable(nb, i, u)
+                              for i, u in enumerate(entry.get("cannot_test", []))),
             published_temperature=_temperature(nb, entry.get("published_temperature")),
             checks=parse_checks(entry.get("checks"), nb, known, gates,
                                 set(entry.get("arms", {}))),
         )
     return out
+
+
+def _untestable(nb: str, i: int, raw) -> Untestable:
+    """One `cannot_test` entry: claim and why, optional `unless: power` and `device: cpu | cuda`."""
+    where = f"claims.yaml: {nb}.cannot_test[{i}]"
+    if (not isinstance(raw, dict) or not {"claim", "why"} <= set(raw)
+            or not set(raw) <= {"claim", "why", "unless", "device"}):
+        raise ClaimsError(f"{where}: expected {{claim, why, unless: power (optional), device: cpu "
+                          f"| cuda (optional)}}, found {raw!r}")
+    if raw.get("unless") not in (None, "power"):
+        raise ClaimsError(f"{where}.unless: expected 'power' or nothing, found {raw['unless']!r}")
+    if raw.get("device") not in (None, *DEVICES):
+        raise ClaimsError(f"{where}.device: expected one of {list(DEVICES)} or nothing, found "
+                          f"{raw['device']!r}")
+    return Untestable(raw["claim"], raw["why"], raw.get("unless"), raw.get("device"))
 
 
 def _temperature(nb: str, value) -> float | None:

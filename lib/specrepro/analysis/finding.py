@@ -244,6 +244,14 @@ def cuda_arms(study: ResolvedStudy) -> list[str]:
             or a.resolved.engine in GPU_ENGINES]
 
 
+def devices(study: ResolvedStudy, arms=None) -> set[str]:
+    """Where the named arms (default: all the study's) ran their engine: "cuda" for
+    `cuda_arms`, "cpu" for the rest (what claims.yaml's `device: cpu | cuda` entries match)."""
+    gpu = set(cuda_arms(study))
+    names = [a.name for a in study.arms] if arms is None else arms
+    return {"cuda" if a in gpu else "cpu" for a in names}
+
+
 def cannot_measure_here(study: ResolvedStudy) -> str:
     """Why this machine cannot measure the study's arms ('' when it can): arms that run on
     `--device cuda` and no NVIDIA GPU that NVML sees."""

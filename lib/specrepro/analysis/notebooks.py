@@ -14,7 +14,7 @@ Design:
   the channel is unencrypted); the executed notebook goes to
   `<reports_dir>/<nb>.ipynb` (written even when a cell fails, for the traceback), and
   nbconvert renders `<reports_dir>/<nb>.html` with its images embedded, as a reviewer reads
-  it (`for_readers`: the summary table right after the title, code inputs hidden, papermill's
+  it (`for_readers`: the summary table right after the title, the substrates table under it, code inputs hidden, papermill's
   parameters once, no echoed return values; `READER_STYLE`: tables that fit 1,400 px, the
   summary's verdict column).
 - The machine: a notebook that will measure (mode `run`, or `auto` with cells missing from
@@ -112,25 +112,29 @@ def for_readers(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def _take(cells: list, key: str):
+    """The first output whose `specrepro` metadata has `key`, removed from its cell."""
+    for cell in cells:
+        for i, out in enumerate(cell.get("outputs", [])):
+            if key in out.get("metadata", {}).get("specrepro", {}):
+                return cell.outputs.pop(i)
+    return None
+
+
 def summary_first(cells: list) -> list:
-    """The summary output (metadata `specrepro.summary`) in a cell of its own right after the
-    first `# ` heading, which is split from the rest of its markdown cell; a reader sees the
+    """The summary output (metadata `specrepro.summary`), and the substrates table after it
+    (`specrepro.substrates`, `show.show_substrates`) where there is one, in a cell of their own
+    right after the first `# ` heading, which is split from the rest of its markdown cell; a reader sees the
     verdicts before the notebook's introduction, parameters and tables. Without a summary the
     cells are returned as they are (the browser test fails such a report); without a heading
     the summary goes first."""
-    summary = None
-    for cell in cells:
-        for i, out in enumerate(cell.get("outputs", [])):
-            if "summary" in out.get("metadata", {}).get("specrepro", {}):
-                summary = cell.outputs.pop(i)
-                break
-        if summary is not None:
-            break
+    summary, substrates = _take(cells, "summary"), None
     if summary is None:
         return cells
+    substrates = _take(cells, "substrates")
     holder = nbformat.v4.new_code_cell("", id=SUMMARY_CELL)
     holder.metadata["tags"] = [HIDE_INPUT]
-    holder.outputs = [summary]
+    holder.outputs = [summary] + ([substrates] if substrates is not None else [])
     for at, cell in enumerate(cells):
         if cell.cell_type != "markdown":
             continue
@@ -174,6 +178,22 @@ body.jp-Notebook { max-width: 1360px; margin: 0 auto; padding: 0 12px; }
   background: #f6d5c8; }
 .jp-RenderedHTMLCommon table#summary tr[data-outcome="not testable here"] td.verdict {
   background: #eeeeee; }
+.jp-RenderedHTMLCommon table#substrates { display: table; width: 100%; font-size: 12.5px;
+  border: 1px solid #bbb; }
+.jp-RenderedHTMLCommon table#substrates th, .jp-RenderedHTMLCommon table#substrates td {
+  border: 1px solid #ddd; }
+.jp-RenderedHTMLCommon table#substrates th small, .jp-RenderedHTMLCommon table#substrates
+  td.verdict small { font-weight: normal; }
+.jp-RenderedHTMLCommon table#substrates td.verdict { font-weight: 600; white-space: nowrap; }
+.jp-RenderedHTMLCommon table#substrates td.na { color: #666; font-style: italic;
+  text-align: center; }
+.jp-RenderedHTMLCommon table#substrates td[data-outcome="holds"] { background: #d8ecf7; }
+.jp-RenderedHTMLCommon table#substrates td[data-outcome="holds in direction only"] {
+  background: #fbe9c8; }
+.jp-RenderedHTMLCommon table#substrates td[data-outcome="does not hold"] { background: #f6d5c8; }
+.jp-RenderedHTMLCommon table#substrates td[data-outcome="not testable here"] {
+  background: #eeeeee; }
+.jp-RenderedHTMLCommon p.substrates-teach { max-width: none; font-size: 13px; }
 """
 
 

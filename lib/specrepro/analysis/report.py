@@ -19,6 +19,15 @@ Design:
 - What measured it: the substrate lines of the summaries (this run's engine and hardware,
   and each article's), the generation time, the commit, and the params file the notebooks
   ran.
+- The claims on each substrate (`substrates_table`): one row per finding, one column per
+  substrate of `substrates.SUITES` (the real engines on the H200, the embedded engine on the
+  H200, the embedded engine on the CPU), each cell the finding's verdict there (symbol and
+  word), its checks' symbols and how much was stored, and the line on what the difference
+  teaches; read from the output metadata `substrates` (`show.show_substrates`). A table of
+  its own rather than three more columns in the claims table: that table is already eight
+  fixed columns of one row per check with long values, and three more would squeeze each
+  to about 100 px at 1,400; seven rows by three substrates read at a glance, with room
+  for the teaching lines.
 - The same arm measured by several notebooks: `arms_across.section`.
 - `specrepro report [--reports-dir reports]` writes `<reports-dir>/index.html`.
 """
@@ -38,6 +47,7 @@ import nbformat
 from specrepro import provenance
 from specrepro.analysis import arms_across
 from specrepro.analysis.finding import project_root
+from specrepro.analysis.substrates import SUITES
 from specrepro.params import NOTEBOOK_IDS
 
 FIGURES = "figures"  # the index's figures, under the reports folder
@@ -67,6 +77,13 @@ td.check-outcome .word { font-weight: 600; }
   span.verdict[data-outcome="not testable here"], span.verdict[data-outcome="missing"]
   { background: #eee; }
 span.verdict { padding: 1px 6px; font-size: 15px; }
+table#substrates { table-layout: fixed; }
+table#substrates td.verdict[data-outcome="holds"] { background: #d8ecf7; }
+table#substrates td.verdict[data-outcome="holds in direction only"] { background: #fbe9c8; }
+table#substrates td.verdict[data-outcome="does not hold"] { background: #f6d5c8; }
+table#substrates td.verdict[data-outcome="not testable here"] { background: #eee; }
+table#substrates td.verdict small { font-weight: normal; }
+table#substrates td.na { color: #666; font-style: italic; }
 tbody.finding { border-top: 2px solid #888; }
 .finding-figures { border-top: 1px solid #ccc; padding: .8em 0; }
 .figures figure { margin: .6em 0 1.2em; }
@@ -87,6 +104,7 @@ class Report:
     title: str
     executed: Path | None  # None: the notebook was not executed into this folder
     summary: dict | None = None  # show.show_summary's metadata, None when it displayed none
+    substrates: dict | None = None  # show.show_substrates's metadata, None when none
     figures: list[tuple[str, bytes | None, str]] = field(default_factory=list)
     # (file name, the PNG it displayed or None, the path it was saved to)
     params_file: str | None = None
@@ -108,6 +126,8 @@ def read_report(executed: Path) -> Report:
             meta = out.get("metadata", {}).get("specrepro", {})
             if "summary" in meta and rep.summary is None:
                 rep.summary = meta["summary"]
+            if "substrates" in meta and rep.substrates is None:
+                rep.substrates = meta["substrates"]
             if "figure" in meta:
                 png = out.get("data", {}).get("image/png")
                 data = base64.b64decode(png) if isinstance(png, str) else None
@@ -206,6 +226,44 @@ def summary_table(reports: list[Report]) -> str:
             f"{head}" + "".join(summary_rows(r) for r in reports) + "</table>")
 
 
+def _substrate_cell(sub: dict | None) -> str:
+    if sub is None:
+        return "<td class='na'>no substrate data</td>"
+    if sub["status"] == "not measured":
+        return f"<td class='na' title='{_esc(sub.get('why'))}'>not measured</td>"
+    checks = " ".join(sub.get("checks") or [])
+    return (f"<td class='verdict' data-outcome='{_esc(sub['outcome'])}'>"
+            f"{_esc(sub['symbol'])}&nbsp;{_esc(sub['outcome'])}<br><small>checks {_esc(checks)}"
+            f"; {_esc(sub['header'])}</small></td>")
+
+
+def substrates_table(reports: list[Report]) -> str:
+    """The seven claims × the substrates: verdict symbols and the teaching line per finding."""
+    width = 14
+    cols = ("<col style='width:12%'>" + f"<col style='width:{width}%'>" * len(SUITES)
+            + f"<col style='width:{88 - width * len(SUITES)}%'>")
+    head = ("<tr><th>finding</th>" + "".join(
+        f"<th>{_esc(r.role)}<br><small>{_esc(r.params)}</small></th>" for r in SUITES)
+        + "<th>what the difference between the substrates teaches</th></tr>")
+    rows = []
+    for rep in reports:
+        link = (f"<a href='{_esc(rep.id)}.html'>{_esc(rep.title)}</a>" if rep.executed
+                else _esc(rep.title))
+        data = rep.substrates or {}
+        by = {d["params"]: d for d in data.get("substrates", [])}
+        cells = "".join(_substrate_cell(by.get(r.params) if data else None) for r in SUITES)
+        teach = data.get("teaching") or ("the notebook displayed no substrates table"
+                                         if rep.executed else "not executed into this folder")
+        rows.append(f"<tr data-notebook='{_esc(rep.id)}'><td>{link}</td>{cells}"
+                    f"<td class='teaching'><small>{_esc(teach)}</small></td></tr>")
+    return ("<h2 id='substrates'>The claims on each substrate</h2><p class='meta'>Each suite's "
+            "stored results replayed and judged by the same rules; a substrate with nothing "
+            "stored for a finding says so, never a number. Each report's second table gives "
+            "the checks one by one.</p>"
+            f"<table id='substrates' class='specrepro substrates index'><colgroup>{cols}"
+            f"</colgroup><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
+
+
 def meta_lines(reports: list[Report], generated: dt.datetime, git: dict) -> str:
     """What measured the findings, what the articles measured on, and when, from what."""
     lines = []
@@ -270,7 +328,8 @@ def render_index(reports: list[Report], links: dict[str, list[tuple[str, str | N
         ("<p>One executed notebook per finding; each row's link opens its report. A verdict "
          "says whether the article's finding holds on the engine and hardware these results "
          "were measured on, by the rule its report prints beside it.</p>"),
-        summary_table(reports), LEGEND, shared, figure_sections(reports, links),
+        summary_table(reports), LEGEND, substrates_table(reports), shared,
+        figure_sections(reports, links),
         "</body></html>"])
 
 

@@ -24,7 +24,10 @@ Design:
   win. With one run on both sides no spread was measured, and the rule text says so.
 - Testability: `not_testable` lists the engines (the engines of a rule's arms) on which a
   rule cannot be tested and why (a memory ceiling where memory is set by a utilization
-  flag); `needs: power` makes it untestable where no watts were measured. A rule whose arm,
+  flag); an entry's optional `device: cpu | cuda` limits it to arms measured on that device
+  (`finding.cuda_arms`: `--device cuda`, or a launched vLLM or SGLang), so a reason true of
+  the embedded engine on a CPU is not given where it ran on the H200; `needs: power` makes
+  it untestable where no watts were measured. A rule whose arm,
   workload or level the study did not measure is not testable either, with that reason.
 - Validation happens on load (`parse_checks`), so a typo fails naming the notebook, the
   check and the key.
@@ -41,6 +44,7 @@ SYMBOLS = {"holds": "✓", "holds in direction only": "◐", "does not hold": "�
 KINDS = ("compare", "spread", "straddle", "gate")
 DIRECTIONS = ("higher", "lower", "same")
 LEVELS = ("lowest", "highest", "any")
+DEVICES = ("cpu", "cuda")  # a not_testable / cannot_test entry's `device` (not `on`: YAML 1.1 reads it as true)
 
 # The measured metrics a rule may name (each a column of the cells table, in the article's
 # metric name); their words, units and scale are analysis/tables.py's NAMES.
@@ -84,6 +88,7 @@ class Band:
 class NotTestable:
     engines: tuple[str, ...]
     why: str
+    device: str | None = None  # "cpu" | "cuda": only where the rule's arms ran there; None: anywhere
 
 
 @dataclass(frozen=True)
@@ -197,11 +202,15 @@ def parse_check(raw: Any, nb: str, i: int, known_arms: set[str], known_gates: se
         raise RuleError(f"{where}.needs: expected 'power' or nothing, found {needs!r}")
     nts = []
     for j, nt in enumerate(raw.get("not_testable") or []):
-        if (not isinstance(nt, dict) or set(nt) != {"engines", "why"}
+        if (not isinstance(nt, dict) or not {"engines", "why"} <= set(nt) <= {"engines", "why", "device"}
                 or not isinstance(nt["engines"], list) or not isinstance(nt["why"], str)):
-            raise RuleError(f"{where}.not_testable[{j}]: expected {{engines: [...], why: ...}}, "
-                            f"found {nt!r}")
-        nts.append(NotTestable(tuple(nt["engines"]), " ".join(nt["why"].split())))
+            raise RuleError(f"{where}.not_testable[{j}]: expected {{engines: [...], why: ..., "
+                            f"device: cpu | cuda (optional)}}, found {nt!r}")
+        if nt.get("device") not in (None, *DEVICES):
+            raise RuleError(f"{where}.not_testable[{j}].device: expected one of {list(DEVICES)} "
+                            f"or nothing, found {nt['device']!r}")
+        nts.append(NotTestable(tuple(nt["engines"]), " ".join(nt["why"].split()),
+                               nt.get("device")))
     rule_kw: dict[str, Any] = {"claim": " ".join(raw["claim"].split()), "kind": kind,
                                "direction": direction, "needs": needs,
                                "not_testable": tuple(nts), "band": _band(raw.get("band"), nb, i)}

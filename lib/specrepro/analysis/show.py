@@ -23,7 +23,8 @@ from IPython.display import HTML, Image, Markdown, display
 from specrepro.analysis import figures as figs
 from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims
-from specrepro.analysis.finding import Finding
+from specrepro.analysis.finding import Finding, devices
+from specrepro.analysis.substrates import compare, substrates_html
 from specrepro.analysis.summary import summary as build_summary
 from specrepro.analysis.summary import summary_html
 
@@ -83,12 +84,15 @@ def show_table(table: pl.DataFrame | tables.Table | list, caption: str = "") -> 
 
 def untestable(f: Finding, claims: Claims) -> list[tuple[str, str]]:
     """The article claims this run cannot test: on the embedded engine or the transformers
-    peer, every listed claim, except those lifted by what was measured (power)."""
+    peer, every listed claim, except those lifted by what was measured (power) and those
+    said only of another device (`device: cpu | cuda` against where the arms ran)."""
     if not set(f.engines) & {"embedded", "transformers"}:
         return []
-    out = []
+    out, where = [], devices(f.study)
     for u in claims.cannot_test:
         if u.unless == "power" and f.has_power:
+            continue
+        if u.device is not None and u.device not in where:
             continue
         out.append((u.claim, u.why))
     return out
@@ -127,6 +131,17 @@ def show_summary(f: Finding, claims: Claims) -> dict:
     s = build_summary(f, claims)
     display(HTML(summary_html(s)), metadata={"specrepro": {"summary": s}})
     return s
+
+
+def show_substrates(f: Finding, claims: Claims) -> dict:
+    """The article's checks on every substrate with stored results (analysis/substrates.py),
+    replayed from each suite's store, and what the difference teaches; its data as output
+    metadata for the index. The reader's report shows it right after the summary."""
+    cmp = compare(f.notebook_id, claims)
+    data = cmp.as_dict()
+    display(HTML(substrates_html(cmp, str(f.suite.path))),
+            metadata={"specrepro": {"substrates": data}})
+    return data
 
 
 def show_power_note(f: Finding) -> None:

@@ -85,20 +85,35 @@ def placement(session: dict) -> str:
     return "not pinned" + (f" ({p['note']})" if p.get("note") else "")
 
 
-def measured_substrate(f: Finding) -> str:
-    """'specrepro-embedded 0.1.0 on CPU x86_64, 2 CPUs (engine on CPUs [1], ...); models/embedded'."""
+def engine_names(f: Finding) -> list[str]:
+    """The engines that measured the cells with their versions: ['vLLM 0.26.0']."""
     engines = (f.cells.select(["engine", "engine_version"]).unique(maintain_order=True)
                .iter_rows())
     # the embedded engine reports "specrepro-embedded 0.1.0", vLLM and the peer a bare "0.26.0"
     names = [(v if " " in v else f"{_engine_words(e)} {v}") if v
              else f"{_engine_words(e)} (version unknown)" for e, v in engines if e]
+    return list(dict.fromkeys(names))
+
+
+def card(f: Finding) -> str:
+    """The measured side's hardware in short: '1x NVIDIA H200', 'CPU (2 CPUs)'."""
+    session = _session(f)
+    gpus = (session.get("gpu") or {}).get("gpus")
+    if gpus:
+        return f"{len(gpus)}x {', '.join(sorted({g['name'] for g in gpus}))}"
+    return f"CPU ({(session.get('host') or {}).get('cpu_count', '?')} CPUs)"
+
+
+def measured_substrate(f: Finding) -> str:
+    """'specrepro-embedded 0.1.0 on CPU x86_64, 2 CPUs (engine on CPUs [1], ...); models/embedded'."""
+    names = engine_names(f)
     session = _session(f)
     models = sorted({m["id"] for m in session.get("models", []) if m.get("id")})
     threads = sorted({str(e["flags"]["threads"]) for e in session.get("engines", [])
                       if isinstance(e.get("flags"), dict) and "threads" in e["flags"]})
     where = hardware(session) + (f", {'/'.join(threads)} engine thread"
                                  f"{'' if threads == ['1'] else 's'}" if threads else "")
-    return (", ".join(dict.fromkeys(names)) or "no engine") + f" on {where} ({placement(session)})" \
+    return (", ".join(names) or "no engine") + f" on {where} ({placement(session)})" \
         + (f"; {', '.join(models)}" if models else "")
 
 

@@ -32,7 +32,7 @@ import polars as pl
 from specrepro import metrics
 from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims, claims_for
-from specrepro.analysis.finding import Finding, declared_cells
+from specrepro.analysis.finding import Finding, declared_cells, devices
 from specrepro.analysis.gates import evaluate_gate
 from specrepro.analysis.overlay import choose
 from specrepro.analysis.rules import OUTCOMES, SYMBOLS, Rule, Side
@@ -540,6 +540,14 @@ def _engines(f: Finding, rule: Rule, claims: Claims) -> set[str]:
     return {arms[s.arm] for s in (rule.a, rule.b) if s is not None and s.arm in arms}
 
 
+def _devices(f: Finding, rule: Rule) -> set[str]:
+    """Where the rule's arms ran (all arms for a gate): "cpu" and/or "cuda"."""
+    known = {a.name for a in f.study.arms}
+    arms = None if rule.kind == "gate" else [s.arm for s in (rule.a, rule.b)
+                                             if s is not None and s.arm in known]
+    return devices(f.study, arms)
+
+
 def _article_only(f: Finding, claims: Claims, rule: Rule) -> str:
     """The article's side of a check that cannot be evaluated here, where it can be named."""
     if rule.kind == "gate":
@@ -554,9 +562,9 @@ def _article_only(f: Finding, claims: Claims, rule: Rule) -> str:
 
 def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
     """One check on one finding."""
-    engines = _engines(f, rule, claims)
+    engines, where = _engines(f, rule, claims), _devices(f, rule)
     for nt in rule.not_testable:
-        if engines & set(nt.engines):
+        if engines & set(nt.engines) and (nt.device is None or nt.device in where):
             res = CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=nt.why,
                               article=_article_only(f, claims, rule))
             try:  # what was measured still stands beside it

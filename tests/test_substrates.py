@@ -1,0 +1,184 @@
+"""The substrates table (analysis/substrates.py, issue 17 item 4) on the committed stores, and
+claims.yaml's `device: cpu | cuda` notes (analysis/claims.py, rules.py, verdicts.py, show.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from specrepro.analysis import claims as claims_mod
+from specrepro.analysis import rules, show, substrates
+from specrepro.analysis.substrates import NOT_MEASURED, SUITES, SuiteRef, compare
+from specrepro.analysis.verdicts import CheckResult, verdict
+from specrepro.params import ParamsError
+
+ENGINES, EMBEDDED_H200, CPU = SUITES
+
+
+@pytest.fixture(scope="module")
+def nb01():
+    if not (substrates.project_root() / "build/engine-drafters/vllm/dflash").is_dir():
+        pytest.skip("build/engine-drafters/ not exported (make nb exports it): the vLLM cells "
+                    "cannot be matched")
+    return compare("01_drafter_block_sweep")
+
+
+def test_01_has_all_three_substrates_with_the_same_rules(nb01):
+    by = {s.ref: s for s in nb01.substrates}
+    assert [s.ref for s in nb01.substrates] == list(SUITES)
+    assert by[ENGINES].name == "vLLM 0.26.0 on 1x NVIDIA H200"
+    assert by[ENGINES].status == "partial" and by[ENGINES].header == "partial: 24 of 60 cells"
+    assert by[EMBEDDED_H200].name == "specrepro-embedded 0.1.0 on 1x NVIDIA H200"
+    assert by[EMBEDDED_H200].status == "measured"
+    assert by[CPU].name.startswith("specrepro-embedded 0.1.0 on CPU")
+    table = nb01.table()
+    assert table.frame.height == len(nb01.claims.checks)
+    assert list(table.frame.columns[:2]) == ["check", "article"]
+    row = table.frame.row(0, named=True)
+    assert row["article"] == "+35.3% (1 stream, T=0.7)"
+    assert row["vLLM 0.26.0 on 1x NVIDIA H200: measured"] == "+2.5% (1 stream, T=0)"
+    assert row["specrepro-embedded 0.1.0 on 1x NVIDIA H200: verdict"] == "◐ holds in direction only"
+    # the same verdicts as each suite's own report
+    for s in nb01.substrates:
+        own = verdict(substrates.replay(s.ref.params, "01_drafter_block_sweep"))
+        assert [c.outcome for c in s.checks] == [c.outcome for c in own.checks
+                                                 if not c.substitute]
+    # the vLLM store stops at 8 streams: the checks at its declared 16 are not testable
+    high = table.frame.row(3, named=True)
+    assert high["vLLM 0.26.0 on 1x NVIDIA H200: measured"] == "n/a"
+    assert "16 streams not measured" in high["vLLM 0.26.0 on 1x NVIDIA H200: verdict"]
+
+
+def test_01_teaching_line_names_the_changes_and_the_effects(nb01):
+    line = nb01.teaching()
+    assert line.startswith("The finding does not hold on vLLM on the H200 (partial), the "
+                           "embedded engine on the H200 and the embedded engine on the CPU.")
+    assert ("“At one stream the two run the same step (about 121 ms each in the article)” holds "
+            "on vLLM on the H200, does not hold on the embedded engine on the H200 and the "
+            "embedded engine on the CPU") in line
+    assert "+35.0% on the embedded engine on the H200" in line
+    assert "Not testable on vLLM on the H200 only" in line
+
+
+def test_04_has_no_h200_results_and_says_not_measured_never_a_number():
+    cmp = compare("04_engine_comparison")
+    by = {s.ref: s for s in cmp.substrates}
+    assert by[ENGINES].status == by[EMBEDDED_H200].status == NOT_MEASURED
+    assert "does not bind 04_engine_comparison" in by[ENGINES].why
+    assert "no stored results" in by[EMBEDDED_H200].why
+    frame = cmp.table().frame
+    for col in frame.columns:
+        if col.startswith(("the real engines", "the embedded engine on 1x")):
+            assert set(frame[col].to_list()) == {NOT_MEASURED}
+    assert "One substrate only" in cmp.teaching()
+    html = substrates.substrates_html(cmp)
+    assert html.count("colspan='2' title=") == 2 * len(cmp.claims.checks)
+
+
+def test_06_h200_embedded_is_partial():
+    cmp = compare("06_draft_schedule_under_load")
+    s = next(s for s in cmp.substrates if s.ref == EMBEDDED_H200)
+    assert s.status == "partial" and s.header == "partial: 61 of 108 cells"
+    assert "(partial)" in cmp.teaching()
+    assert [c.outcome for c in s.checks][1:] == ["not testable here"] * 3
+
+
+def test_a_missing_substrate_is_a_column_saying_not_measured(tmp_path):
+    gone = SuiteRef(str(tmp_path / "nowhere.yaml"), "a substrate with no params")
+    bare = tmp_path / "bare.yaml"
+    cpu = yaml.safe_load((substrates.project_root() / CPU.params).read_text())
+    cpu.update(results_dir=str(tmp_path / "empty"), profiles=str(substrates.project_root()
+                                                                 / "params/profiles"))
+    cpu.pop("studies", None)
+    for binding in cpu["notebooks"].values():
+        binding["study"] = str(substrates.project_root() / "params" / binding["study"])
+    bare.write_text(yaml.safe_dump(cpu))
+    with pytest.raises(ParamsError, match="nowhere.yaml"):  # a typo in SUITES fails loudly
+        compare("07_the_bill", suites=(gone,))
+    cmp = compare("07_the_bill", suites=(SuiteRef(str(bare), "an empty store"), CPU))
+    empty = cmp.substrates[0]
+    assert empty.status == NOT_MEASURED and empty.name == "an empty store"
+    assert "no stored results" in empty.why
+    assert cmp.table().frame["an empty store: measured"].to_list() == [NOT_MEASURED] * 2
+    assert "not measured on an empty store" in cmp.teaching()
+
+
+def test_the_teaching_line_changes_when_a_verdict_differs():
+    cmp = compare("03_target_precision", suites=(EMBEDDED_H200, CPU))
+    assert "same verdict on each substrate" in cmp.teaching()
+    h200 = cmp.substrates[0]
+    first = h200.checks[0]
+    h200.checks[0] = dataclasses.replace(first, outcome="holds", measured="-4.0% (x; 1 stream)")
+    line = cmp.teaching()
+    assert "Verdicts that change between substrates" in line
+    assert (f"“{first.claim}” holds on the embedded engine on the H200, does not hold on the "
+            "embedded engine on the CPU") in line
+    assert "-4.0% on the embedded engine on the H200, +24.4% on the embedded engine on the CPU" in line
+
+
+@pytest.mark.parametrize("text, short", [
+    ("-25.8% (994 tok/s (range 983–1,000, 3 runs) against 1,340 tok/s; 1 stream, T=0)",
+     "-25.8% (1 stream, T=0)"),
+    ("0.15 against 0.09 (ratio 1.62; 4 and 4 runs; 1 stream, T=1)", "0.15 against 0.09 (1 stream, T=1)"),
+    ("runs 314–364 tok/s (4) against a mean of 423 tok/s; 1 stream, T=1",
+     "runs 314–364 tok/s against a mean of 423 tok/s; 1 stream, T=1"),
+    ("2,690 MiB at most over the arm's cells", "2,690 MiB at most over the arm's cells"),
+    ("not printed (the article prints no runs)", "not printed"), ("", "")])
+def test_compact_keeps_the_effect_and_its_level(text, short):
+    assert substrates.compact(text) == short
+
+
+# ------------------------------------------------------------ device: cpu | cuda notes
+
+
+def _finding(params: str, nb: str):
+    return substrates.replay(params, nb)
+
+
+def test_cpu_notes_stay_on_the_default_suite_and_go_on_the_h200():
+    c06 = claims_mod.claims_for("06_draft_schedule_under_load")
+    cpu = dict(show.untestable(_finding(CPU.params, "06_draft_schedule_under_load"), c06))
+    assert cpu["the crossing at about 24 streams and the 32-slot regime"].startswith(
+        "the embedded engine has 8 request slots")
+    assert cpu["CUDA graph modes (piecewise against full)"] == \
+        "the embedded engine on a CPU has no CUDA graphs"
+    gpu = dict(show.untestable(_finding(EMBEDDED_H200.params, "06_draft_schedule_under_load"), c06))
+    assert "the crossing at about 24 streams and the 32-slot regime" not in gpu  # testable there
+    assert gpu["CUDA graph modes (piecewise against full)"].startswith(
+        "on the H200 the embedded engine captures whole decode steps only")
+    c07 = claims_mod.claims_for("07_the_bill")
+    assert "peak card memory in MiB as the article reads it" in dict(
+        show.untestable(_finding(CPU.params, "07_the_bill"), c07))
+    assert dict(show.untestable(_finding(EMBEDDED_H200.params, "07_the_bill"), c07)) == {}
+
+
+def test_the_peak_memory_gate_says_why_per_device():
+    c05 = claims_mod.claims_for("05_fp8_drafter_gates")
+    cpu = verdict(_finding(CPU.params, "05_fp8_drafter_gates"), c05).checks[3]
+    gpu = verdict(_finding(EMBEDDED_H200.params, "05_fp8_drafter_gates"), c05).checks[3]
+    assert cpu.outcome == gpu.outcome == "not testable here"
+    assert cpu.reason == "the embedded engine's memory is the host process's resident set, not a card's"
+    assert gpu.reason.startswith("card memory is read from NVML on the H200")
+    assert "2,690 MiB" in gpu.measured
+
+
+def test_device_is_validated():
+    raw = {"claim": "c", "metric": "agg_tok_s", "a": {"arm": "x", "concurrency": 1},
+           "b": {"arm": "y"}, "not_testable": [{"engines": ["embedded"], "why": "w",
+                                                "device": "tpu"}]}
+    with pytest.raises(rules.RuleError, match=r"not_testable\[0\]\.device: expected one of"):
+        rules.parse_checks([raw], "nb", {"p"}, set(), {"x", "y"})
+    with pytest.raises(claims_mod.ClaimsError, match=r"cannot_test\[0\]\.device"):
+        claims_mod._untestable("nb", 0, {"claim": "c", "why": "w", "device": "gpu"})
+    with pytest.raises(claims_mod.ClaimsError, match="expected"):
+        claims_mod._untestable("nb", 0, {"claim": "c", "why": "w", "on": "cpu"})
+    u = claims_mod._untestable("nb", 0, {"claim": "c", "why": "w", "device": "cuda"})
+    assert u.device == "cuda" and u.unless is None
+
+
+def test_a_substitute_gate_is_left_out():
+    cmp = compare("05_fp8_drafter_gates", suites=(CPU,))
+    assert len(cmp.substrates[0].checks) == len(cmp.claims.checks) == 4
+    assert all(isinstance(c, CheckResult) and not c.substitute for c in cmp.substrates[0].checks)
