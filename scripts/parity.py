@@ -50,20 +50,10 @@ def parse_args(argv=None):
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
-    eos = end_of_text(args.model)
-    stores = []
-    for spec in args.store:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            ap.error(f"--store {spec!r}: expected NAME=PATH")
-        try:
-            stores.append(parity.load_store(name, path, eos))
-        except parity.ParityError as err:
-            ap.error(f"--store {spec!r}: {err}")
-    if len(stores) < 2:
-        ap.error(f"--store: two or more are compared, got {len(stores)}")
-    if len({s.name for s in stores}) < len(stores):
-        ap.error(f"--store: names must differ, got {[s.name for s in stores]}")
+    try:
+        stores = parity.load_stores(args.store, end_of_text(args.model))
+    except parity.ParityError as err:
+        ap.error(str(err))
     try:
         parity.reference_of(stores, args.reference)
     except parity.ParityError as err:

@@ -27,17 +27,10 @@ def main(argv=None) -> dict:
                     help="the engine whose ratios over the others are given (default: the first)")
     ap.add_argument("--markdown", action="store_true", help="a Markdown table")
     args = ap.parse_args(argv)
-    stores = []
-    for spec in args.store:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            ap.error(f"--store {spec!r}: expected NAME=PATH")
-        try:
-            stores.append(parity.load_store(name, path))
-        except parity.ParityError as err:
-            ap.error(f"--store {spec!r}: {err}")
-    if len(stores) < 2:
-        ap.error(f"--store: two or more are compared, got {len(stores)}")
+    try:
+        stores = parity.load_stores(args.store)
+    except parity.ParityError as err:
+        ap.error(str(err))
     subject = args.subject or stores[0].name
     try:
         table = peer.table(stores, subject)

@@ -125,6 +125,25 @@ def load_store(name: str, path: Path | str, eos: Sequence[int] = ()) -> Store:
                  past)
 
 
+def load_stores(specs: Sequence[str], eos: Sequence[int] = ()) -> list[Store]:
+    """Stores from NAME=PATH specs (the scripts' --store), two or more, names distinct;
+    ParityError names the spec that is wrong."""
+    stores = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ParityError(f"--store {spec!r}: expected NAME=PATH")
+        try:
+            stores.append(load_store(name, path, eos))
+        except ParityError as err:
+            raise ParityError(f"--store {spec!r}: {err}") from None
+    if len(stores) < 2:
+        raise ParityError(f"--store: two or more are compared, got {len(stores)}")
+    if len({s.name for s in stores}) < len(stores):
+        raise ParityError(f"--store: names must differ, got {[s.name for s in stores]}")
+    return stores
+
+
 def reference_of(stores: list[Store], reference: str | None) -> Store:
     """The named store, or the first; ParityError lists the names when it is none of them."""
     if reference is None:

@@ -301,17 +301,24 @@ def export_drafters(checkpoint: str | Path, out_root: str | Path,
             tmp = Path(tempfile.mkdtemp(prefix=f".{name}.new.", dir=parent))
             try:
                 _write(src, name, engine, tmp)
-                if dest.exists():  # a rename cannot replace a non-empty folder: move it aside
-                    old = Path(tempfile.mkdtemp(prefix=f".{name}.old.", dir=parent))
-                    dest.rename(old / name)
-                    tmp.rename(dest)
-                    shutil.rmtree(old)
-                else:
-                    tmp.rename(dest)
+                replace_folder(tmp, dest)
             finally:
                 # nothing is left after the rename; a failed write leaves its partial folder
                 shutil.rmtree(tmp, ignore_errors=True)
     return folders
+
+
+def replace_folder(new: Path, dest: Path) -> None:
+    """Put a finished folder in dest's place: a rename cannot replace a non-empty folder,
+    so the old one is moved aside first and removed after (a reader finds the old folder
+    or the new one, never a half-written one)."""
+    if dest.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+        dest.rename(old / dest.name)
+        new.rename(dest)
+        shutil.rmtree(old)
+    else:
+        new.rename(dest)
 
 
 # --------------------------------------------------------------------------- command line

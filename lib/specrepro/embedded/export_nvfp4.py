@@ -54,6 +54,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from specrepro.embedded.export import replace_folder
 from specrepro.embedded.quant import (
     E2M1_MAX,
     E4M3_MAX,
@@ -249,13 +250,7 @@ def export_nvfp4(checkpoint: str | Path, out: str | Path, scheme: str = "nvfp4")
         tmp.chmod(0o755)  # mkdtemp's 0700 and safetensors' 0600 would hide it from other users
         for f in tmp.iterdir():
             f.chmod(0o644)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            out.rename(old / out.name)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
+        replace_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
