@@ -212,7 +212,8 @@ def _expect(name: str, tensors: dict, names: frozenset[str]) -> None:
 
 
 # --------------------------------------------------------------------------- provenance
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """A file's sha256, read in 1 MiB chunks (export.json's record of its sources)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -228,7 +229,7 @@ def _sources(checkpoint: Path, name: str) -> dict[str, str]:
     trunk = read_drafter_config(checkpoint / name / "config.json").trunk
     if trunk:
         files += [f"{trunk['drafter']}/config.json", f"{trunk['drafter']}/model.safetensors"]
-    return {f: _sha256(checkpoint / f) for f in files}
+    return {f: file_sha256(checkpoint / f) for f in files}
 
 
 def is_current(folder: str | Path, checkpoint: str | Path, name: str) -> bool:

@@ -44,7 +44,6 @@ fact below was read from the released wheels: `vllm-0.26.0-cp38-abi3-manylinux_2
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -54,7 +53,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from specrepro.embedded.export import replace_folder
+from specrepro.embedded.export import file_sha256, replace_folder
 from specrepro.embedded.quant import (
     E2M1_MAX,
     E4M3_MAX,
@@ -214,14 +213,6 @@ def quantize_tensors(tensors: dict, input_amax: dict | None = None) -> dict:
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def export_nvfp4(checkpoint: str | Path, out: str | Path, scheme: str = "nvfp4") -> Path:
     """Write the NVFP4 checkpoint of `checkpoint`'s target into `out` (replaced whole: written
     into a temporary sibling, then renamed into place). Returns `out`."""
@@ -241,7 +232,7 @@ def export_nvfp4(checkpoint: str | Path, out: str | Path, scheme: str = "nvfp4")
         copied = [f for f in COPIED if (checkpoint / f).is_file()]
         for f in copied:
             shutil.copy2(checkpoint / f, tmp / f)
-        sources = {f: _sha256(checkpoint / f) for f in ("config.json", "model.safetensors",
+        sources = {f: file_sha256(checkpoint / f) for f in ("config.json", "model.safetensors",
                                                          *copied)}
         meta = {"exporter_format": EXPORTER_FORMAT, "format": FORMAT, "scheme": scheme,
                 "checkpoint": str(checkpoint.resolve()), "quantized_layers": len(names),
