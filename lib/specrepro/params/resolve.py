@@ -111,7 +111,11 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
         "notebook_id": notebook_id,
         "source": tree.prov.locate(())[0],
     }
-    return ResolvedStudy.model_validate(data, strict=False)
+    study = ResolvedStudy.model_validate(data, strict=False)
+    problems = study.api_problems()  # across the study and its arms' profiles
+    if problems:
+        raise ParamsError(problems, context)
+    return study
 
 
 def _resolve_arm(

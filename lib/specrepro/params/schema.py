@@ -29,7 +29,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
-from specrepro.params.errors import Expect, ParamsError, Problem, _duplicates, _one_of
+from specrepro.params.errors import Expect, Problem, _duplicates, _one_of
 from specrepro.params.tree import Tree
 from specrepro.speculative import METHODS, check_schedule, draft_tokens_at
 
@@ -465,16 +465,6 @@ class ResolvedStudy(Study):
     arms: list[ResolvedArm]
     notebook_id: str
     source: str  # the file that defined the study
-
-    @classmethod
-    def model_validate(cls, obj, *args, **kwargs) -> ResolvedStudy:
-        """Validated as any model, then the checks across the study and its arms' profiles
-        (a ParamsError naming the profile file, not pydantic's dump of the whole study)."""
-        study = super().model_validate(obj, *args, **kwargs)
-        problems = study.api_problems()
-        if problems:
-            raise ParamsError(problems, f"resolving notebook {study.notebook_id}")
-        return study
 
     def api_problems(self) -> list[Problem]:
         """An arm whose profile says `api: native` (SGLang's /generate, which takes a text,
