@@ -169,9 +169,7 @@ class StreamTimer:
 
     def chunk(self, body: dict, now: float) -> None:
         r = self.r
-        if "error" in body and "choices" not in body:
-            err = body["error"]
-            r.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+        if self.error_event(body, "choices"):
             return
         usage = body.get("usage") or None
         choices = body.get("choices") or []
@@ -205,6 +203,15 @@ class StreamTimer:
         if m > 0:
             self.tokens(m, now)
 
+    def error_event(self, body: dict, payload: str) -> bool:
+        """An event that carries an error and no output (`payload`: the key an output event
+        has) records the error's message on the request; True where it was one."""
+        if "error" not in body or payload in body:
+            return False
+        err = body["error"]
+        self.r.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+        return True
+
     def tokens(self, m: int, now: float) -> None:
         """m tokens arrived at `now`: split the gap since the last token over them."""
         r = self.r
@@ -234,9 +241,7 @@ class NativeStreamTimer(StreamTimer):
 
     def chunk(self, body: dict, now: float) -> None:
         r = self.r
-        if "error" in body and "meta_info" not in body:
-            err = body["error"]
-            r.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+        if self.error_event(body, "meta_info"):
             return
         meta = body.get("meta_info") or {}
         total = meta.get("completion_tokens")
