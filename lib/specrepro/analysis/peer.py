@@ -28,11 +28,6 @@ NONE_ARM = "none"
 TARGETS = {1: 1.5, 8: 1.0, 32: 1.0}  # streams -> the embedded engine's least ratio (AR)
 
 
-def _mean(at: pl.DataFrame, col: str) -> float | None:
-    vals = at[col].drop_nulls().to_list() if at.height else []
-    return sum(vals) / len(vals) if vals else None
-
-
 def _levels(stores: list[parity.Store]) -> list[dict]:
     levels = pl.concat([s.cells.select(*parity.LEVEL) for s in stores]).unique()
     return sorted(levels.to_dicts(), key=lambda r: tuple((r[k] is None, r[k] or 0)
@@ -46,7 +41,7 @@ def best(store: parity.Store, level: dict) -> tuple[str | None, pl.DataFrame]:
         if arm == NONE_ARM:
             continue
         at = parity._at(store, {**level, "arm": arm})
-        m = _mean(at, "agg_tok_s")
+        m = parity._mean(at, "agg_tok_s")
         if m is not None and (rate is None or m > rate):
             top, cells, rate = arm, at, m
     return top, cells
@@ -66,21 +61,21 @@ def rows(stores: list[parity.Store], subject: str) -> list[dict]:
             row = {**parity._levels(level), "engine": s.name,
                    "autoregressive tok/s": tables.spread_of(ar["agg_tok_s"].to_list(),
                                                             with_n=False) if ar.height else None,
-                   "autoregressive TTFT p50 (ms)": _mean(ar, "ttft_p50_ms"),
-                   "autoregressive TTFT p95 (ms)": _mean(ar, "ttft_p95_ms"),
+                   "autoregressive TTFT p50 (ms)": parity._mean(ar, "ttft_p50_ms"),
+                   "autoregressive TTFT p95 (ms)": parity._mean(ar, "ttft_p95_ms"),
                    "best speculative arm": arm,
                    "best speculative tok/s": tables.spread_of(sp["agg_tok_s"].to_list(),
                                                               with_n=False) if sp.height else None,
-                   "its tokens per step": _mean(sp, "acceptance_length"),
-                   "its TTFT p50 (ms)": _mean(sp, "ttft_p50_ms"),
+                   "its tokens per step": parity._mean(sp, "acceptance_length"),
+                   "its TTFT p50 (ms)": parity._mean(sp, "ttft_p50_ms"),
                    f"{me.name}'s autoregressive over this (ratio)": None,
                    f"{me.name}'s best over this (ratio)": None,
                    "note": ""}
             if s is not me:
                 row[f"{me.name}'s autoregressive over this (ratio)"] = parity._ratio(
-                    _mean(mine_ar, "agg_tok_s"), _mean(ar, "agg_tok_s"))
+                    parity._mean(mine_ar, "agg_tok_s"), parity._mean(ar, "agg_tok_s"))
                 row[f"{me.name}'s best over this (ratio)"] = parity._ratio(
-                    _mean(mine_best, "agg_tok_s"), _mean(sp, "agg_tok_s"))
+                    parity._mean(mine_best, "agg_tok_s"), parity._mean(sp, "agg_tok_s"))
             if not ar.height:
                 row["note"] = "no autoregressive cell at this level"
             out.append(row)
@@ -106,8 +101,8 @@ def targets(stores: list[parity.Store], subject: str,
             if s is me:
                 continue
             for level in (lv for lv in _levels(stores) if lv["concurrency"] == streams):
-                a = _mean(parity._at(me, {**level, "arm": NONE_ARM}), "agg_tok_s")
-                b = _mean(parity._at(s, {**level, "arm": NONE_ARM}), "agg_tok_s")
+                a = parity._mean(parity._at(me, {**level, "arm": NONE_ARM}), "agg_tok_s")
+                b = parity._mean(parity._at(s, {**level, "arm": NONE_ARM}), "agg_tok_s")
                 where = f"{level['workload']}, {tables.streams(streams)}"
                 if a is None or b is None:
                     lines.append(f"{where}: {me.name} against {s.name}: not measured "
