@@ -23,8 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from specrepro import results
 from specrepro.analysis.finding import (
     MODES,
@@ -32,7 +30,9 @@ from specrepro.analysis.finding import (
     FindingError,
     Mode,
     cannot_measure_here,
+    from_store,
     missing_cells,
+    missing_folders,
     project_root,
     stored_cells,
 )
@@ -72,13 +72,7 @@ def missing_local_folders(study: ResolvedStudy) -> str:
     """Why stored cells may not match here: a model or drafter folder an arm names by a
     local path that does not exist (a cell's identity holds such a folder's fingerprint, so
     without it no stored cell matches), with the command that writes the exported drafters."""
-    gone = {}
-    for arm in study.arms:
-        p = arm.resolved
-        for ref in (p.model, p.drafter):
-            if ref is not None and ref.id.startswith(("build/", "models/", "./", "/")) \
-                    and not Path(ref.id).is_dir():
-                gone.setdefault(ref.id, p.name)
+    gone = missing_folders(study)
     if not gone:
         return ""
     listed = "; ".join(f"{path} (profile {prof})" for path, prof in gone.items())
@@ -127,12 +121,7 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
             f"{suite_file} --notebook {notebook_id}`; its cells are stored under "
             f"{_shown(store_root.parent)}/"
             + missing_local_folders(study))
-    labels = {a.name: a.label or a.name for a in study.arms}
-    cells = cells.with_columns(pl.col("arm").replace_strict(labels, default=None).alias("label"))
-    reqs = results.load_requests(store_root, cells)
-    manifest = results.ResultStore(base, study.name, suite.run_id).manifest()
-    return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,
-                   missing_cells(store_root, study, stored).height, why_not)
+    return from_store(notebook_id, study, suite, store_root, stored, measured, why_not)
 
 
 def _shown(path: Path) -> str:

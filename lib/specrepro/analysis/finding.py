@@ -125,6 +125,33 @@ class Finding:
         )
 
 
+def from_store(notebook_id: str, study: ResolvedStudy, suite: Suite, store_root: Path,
+               stored: pl.DataFrame, measured: bool = False, why_not: str = "") -> Finding:
+    """The Finding of a study's stored ok cells (stored_cells): each labelled with its arm's
+    label, their requests, the store's manifest, and how many declared cells are missing."""
+    labels = {a.name: a.label or a.name for a in study.arms}
+    cells = stored.with_columns(pl.col("arm").replace_strict(labels, default=None).alias("label"))
+    reqs = results.load_requests(store_root, cells)
+    manifest = results.ResultStore(store_root.parent.parent, study.name,
+                                   store_root.name).manifest()
+    return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,
+                   missing_cells(store_root, study, stored).height, why_not)
+
+
+def missing_folders(study: ResolvedStudy, root: Path = Path(".")) -> dict[str, str]:
+    """The model and drafter folders the study's arms name by a local path that does not
+    exist under root ({path: the first profile naming it}): a cell's identity holds such a
+    folder's fingerprint, so without it no stored cell matches."""
+    gone: dict[str, str] = {}
+    for arm in study.arms:
+        p = arm.resolved
+        for ref in (p.model, p.drafter):
+            if ref is not None and ref.id.startswith(("build/", "models/", "./", "/")) \
+                    and not (root / ref.id).is_dir():
+                gone.setdefault(ref.id, p.name)
+    return gone
+
+
 def declared_cells(study: ResolvedStudy) -> pl.DataFrame:
     """The cells the study declares, with the columns a stored row must match."""
     rows = []

@@ -43,11 +43,16 @@ from pathlib import Path
 
 import polars as pl
 
-from specrepro import results
 from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims, claims_for
-from specrepro.analysis.finding import Finding, FindingError, project_root, stored_cells
-from specrepro.analysis.finding import missing_cells as _missing
+from specrepro.analysis.finding import (
+    Finding,
+    FindingError,
+    from_store,
+    missing_folders,
+    project_root,
+    stored_cells,
+)
 from specrepro.analysis.summary import _engine_words, card, engine_names, measured_substrate
 from specrepro.analysis.summary import partial as partial_text
 from specrepro.analysis.verdicts import CheckResult, verdict
@@ -112,19 +117,12 @@ def replay(params_file: str | Path, notebook_id: str) -> Finding:
     store = suite.results_path / study.name / suite.run_id
     cells = stored_cells(store, study)
     if not cells.height:
-        gone = sorted({ref.id for a in study.arms for ref in (a.resolved.model, a.resolved.drafter)
-                       if ref is not None and ref.id.startswith(("build/", "models/"))
-                       and not (project_root() / ref.id).is_dir()})
+        gone = sorted(missing_folders(study, project_root()))
         raise FindingError(
             f"stored cells cannot be matched here: {', '.join(gone)} do not exist "
             "(`specrepro export-drafters` writes build/engine-drafters/)" if gone and store.is_dir()
             else f"no stored results for {study.name} in {path.name}'s results")
-    labels = {a.name: a.label or a.name for a in study.arms}
-    cells = cells.with_columns(pl.col("arm").replace_strict(labels, default=None).alias("label"))
-    reqs = results.load_requests(store, cells)
-    manifest = results.ResultStore(suite.results_path, study.name, suite.run_id).manifest()
-    return Finding(notebook_id, study, suite, store, cells, reqs, False, manifest,
-                   _missing(store, study, cells).height)
+    return from_store(notebook_id, study, suite, store, cells)
 
 
 def _tag(f: Finding) -> str:
