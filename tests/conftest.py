@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -202,32 +203,54 @@ def start_embedded_server(tiny_checkpoint, tmp_path):
         stop_server(url.process)
 
 
-class InProcessServer:
+class ThreadedApp:
+    """An aiohttp app served on 127.0.0.1 (a free port) from an event loop on a thread of
+    this process: `url` once started, `close()` to stop. A subclass builds the app
+    (`make_app`, run on that loop) and may release more in `cleanup`."""
+
+    RUNNER_KW: ClassVar[dict] = {}
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(60)
+
+    async def make_app(self):
+        raise NotImplementedError
+
+    async def _start(self) -> str:
+        from aiohttp import web
+
+        self.runner = web.AppRunner(await self.make_app(), **self.RUNNER_KW)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+    async def cleanup(self) -> None:
+        await self.runner.cleanup()
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.cleanup(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+class InProcessServer(ThreadedApp):
     """The server's aiohttp app on a thread of this process, over an engine built here."""
+
+    RUNNER_KW: ClassVar[dict] = {"handler_cancellation": True}
 
     def __init__(self, engine, **server_kw):
         from specrepro.embedded.serve import Server
 
         self.engine = engine
         self.server = Server(engine, "tiny", "tiny", engine.config.max_model_len, **server_kw)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(60)
+        super().__init__()
 
-    async def _start(self) -> str:
-        from aiohttp import web
-
-        self.runner = web.AppRunner(self.server.app(), handler_cancellation=True)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(60)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+    async def make_app(self):
+        return self.server.app()
 
 
 @pytest.fixture

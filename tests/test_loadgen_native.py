@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from conftest import ThreadedApp
 from specrepro import params
 from specrepro.harness.cells import SGLANG_FROM_NATIVE, acceptance, latency_fields
 from specrepro.harness.loadgen import (
@@ -65,30 +65,18 @@ def token(i: int, pos: int) -> tuple[int, str]:
     return 1000 * (i + 1) + pos, f"w{pos} "
 
 
-class FakeSGLang:
+class FakeSGLang(ThreadedApp):
     """SGLang 0.5.14's /generate on a thread: streams each fixture answer in `steps`."""
 
     def __init__(self, incremental: bool = False):
         self.incremental = incremental
         self.bodies: list[dict] = []
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
+        super().__init__()
 
-    async def _start(self) -> str:
+    async def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/generate", self.generate)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+        return app
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

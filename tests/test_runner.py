@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 import yaml
 
+from conftest import ThreadedApp
 from specrepro.grading import grade_gsm8k
 from specrepro.harness import process, promtext
 from specrepro.harness.runner import IGNORE_EOS_WARNING, main, resolve, run_study
@@ -144,18 +145,14 @@ def test_window_mode_with_warmup(embedded_server, params_dir, tmp_path):
     assert IGNORE_EOS_WARNING in store.manifest()["sessions"][0]["warnings"]
 
 
-class NoMetricsProxy:
+class NoMetricsProxy(ThreadedApp):
     """Forwards everything but /metrics (404) to an engine, as a production proxy might."""
 
     def __init__(self, upstream: str):
-        import asyncio
+        self.upstream = upstream
+        super().__init__()
 
-        self.upstream, self.loop = upstream, asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
-
-    async def _start(self) -> str:
+    async def make_app(self):
         import aiohttp
         from aiohttp import web
 
@@ -177,22 +174,11 @@ class NoMetricsProxy:
 
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", forward)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        return app
 
-    def close(self) -> None:
-        import asyncio
-
-        async def stop():
-            await self.session.close()
-            await self.runner.cleanup()
-
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+    async def cleanup(self) -> None:
+        await self.session.close()
+        await super().cleanup()
 
 
 def test_missing_metrics_leaves_acceptance_empty_with_a_warning(
