@@ -19,7 +19,8 @@ import yaml
 from conftest import ThreadedApp
 from specrepro.grading import grade_gsm8k
 from specrepro.harness import process, promtext
-from specrepro.harness.runner import IGNORE_EOS_WARNING, main, resolve, run_study
+from specrepro.harness.run_command import main, resolve
+from specrepro.harness.runner import IGNORE_EOS_WARNING, run_study
 from specrepro.results import ResultStore, load_attempts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -622,3 +623,85 @@ def test_sglang_acceptance_from_per_response_fields():
     assert acc["acceptance_length"] == pytest.approx(1 + 9 / 6)
     assert acc["draft_acceptance_rate"] == pytest.approx(9 / 18)
     assert acc["per_position_acceptance"] == pytest.approx([5 / 6, 3 / 6, 1 / 6])
+
+
+# ------------------------------------------------------------- one start for several studies
+
+
+def test_studies_whose_arms_share_a_profile_share_one_engine_start(
+        tiny_checkpoint, params_dir, tmp_path, monkeypatch):
+    """Two studies of one command, both with an arm on the same launched profile, and a
+    third arm (same profile, other port) of its own: two launches, not three; each study's
+    cells and its own copy of the log; the second says whose start it shared."""
+    from specrepro.harness import runner
+    from specrepro.harness.runner import launch_groups, run_studies
+
+    port = free_port()
+    embedded_profile(params_dir, tiny_checkpoint, port)
+    spec = yaml.safe_load((params_dir / "profiles" / "tiny-mtp.yaml").read_text())
+    write(params_dir / "profiles" / "tiny-mtp-other-port.yaml", {**spec, "port": free_port()})
+    small = [{"name": "essays", "n": 2, "form": "chat", "max_tokens": 8}]
+    first = study(params_dir, [{"name": "mtp", "profile": "tiny-mtp"}], workloads=small)
+    second = write(params_dir / "studies" / "02_tiny.yaml", {
+        "name": "tiny_temps", "notebook": "02_temperature_spread",
+        "arms": [{"name": "head", "profile": "tiny-mtp"},
+                 {"name": "head-elsewhere", "profile": "tiny-mtp-other-port"}],
+        "baseline": "head", "workloads": small, "concurrency": [1],
+        "sampling": [{"temperature": 0.0}], "seed": 200})
+    plans = [resolve(p)[0] for p in (first, second)]
+    stores = [(st, ResultStore(tmp_path / "results", st.name, run_id))
+              for st, _, run_id in plans]
+    launches = []
+    real_start = runner.start_engine
+    monkeypatch.setattr(runner, "start_engine", lambda arm, *a, **k: (
+        launches.append(arm.name), real_start(arm, *a, **k))[1])
+    summaries = run_studies(stores, progress=False, power_interval_s=0.2)
+    assert [(s.ok, s.errors) for s in summaries] == [(1, []), (2, [])]
+    assert launches == ["mtp", "head-elsewhere"]  # head rode on mtp's start
+    (_, one), (_, two) = stores
+    assert one.load_cells().height == 1 and two.load_cells().height == 2
+    head, elsewhere = two.manifest()["sessions"][-1]["engines"]
+    (mtp,) = one.manifest()["sessions"][-1]["engines"]
+    assert head["arm"] == "head" and head["shared_launch"]["study"] == "tiny_sweep"
+    assert head["shared_launch"]["arm"] == "mtp" and head["ready_s"] == mtp["ready_s"]
+    assert head["profile_hash"] == mtp["profile_hash"] and "shared_launch" not in elsewhere
+    copy = Path(head["log"])
+    assert copy.parent == two.logs_dir and copy.is_file()
+    assert copy.read_text() == Path(mtp["log"]).read_text()  # this launch's lines, whole
+    # the groups: by resolved profile, each study's baseline first, order of first sight
+    ctxs = [runner._Run(st, store, None, 0.2, 60.0, [], set(), None, None,
+                        {a.name for a in st.arms}, [], []) for st, store in stores]
+    assert [[(c.study.name, a.name) for c, a in g] for g in launch_groups(ctxs)] == [
+        [("tiny_sweep", "mtp"), ("tiny_temps", "head")], [("tiny_temps", "head-elsewhere")]]
+    # all done: a second command launches nothing and skips every cell of both
+    launches.clear()
+    summaries = run_studies(stores, progress=False, power_interval_s=0.2)
+    assert launches == [] and [(s.ok, s.skipped) for s in summaries] == [(0, 1), (0, 2)]
+
+
+def test_launch_groups_run_each_studys_baseline_before_its_other_arms():
+    """01-like (baseline x, then y) and 06-like (baseline z, then y): y's start is shared,
+    and it waits for z's, so both studies' arms meet a stored baseline."""
+    from types import SimpleNamespace
+
+    from specrepro.harness.runner import _Run, launch_groups
+
+    def resolved(name):
+        return SimpleNamespace(model_dump=lambda **_: {"name": name}, model=None, drafter=None)
+
+    def ctx(name, baseline, *arms):
+        st = SimpleNamespace(name=name, baseline=baseline, placement="none",
+                             arms=[SimpleNamespace(name=a, resolved=resolved(p))
+                                   for a, p in arms])
+        return _Run(st, None, None, 0.2, 60.0, [], set(), None, None,
+                    {a for a, _ in arms}, [], [])
+
+    a = ctx("A", "x", ("x", "px"), ("y", "py"))
+    b = ctx("B", "z", ("y2", "py"), ("z", "pz"), ("w", "pw"))
+    got = [[(c.study.name, arm.name) for c, arm in g] for g in launch_groups([a, b])]
+    assert got == [[("A", "x")], [("B", "z")], [("A", "y"), ("B", "y2")], [("B", "w")]]
+    # contradictory baselines (each study's baseline is the other's arm): first sight wins
+    c = ctx("C", "q", ("q", "pq"), ("r", "pr"))
+    d = ctx("D", "r2", ("r2", "pr"), ("q2", "pq"))
+    got = [[(c_.study.name, arm.name) for c_, arm in g] for g in launch_groups([c, d])]
+    assert got == [[("C", "q"), ("D", "q2")], [("C", "r"), ("D", "r2")]]

@@ -18,7 +18,8 @@ import yaml
 
 from specrepro.harness import deadline as deadline_mod
 from specrepro.harness.process import EngineHandle
-from specrepro.harness.runner import Deadline, main, resolve, run_study
+from specrepro.harness.run_command import main, resolve
+from specrepro.harness.runner import Deadline, run_study
 from specrepro.params import ParamsError, load_suite, resolve_study
 from specrepro.results import ResultStore, load_cells
 

@@ -13,7 +13,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("specrepro.embedded.serve", "start the embedded OpenAI-compatible engine"),
     "train": ("specrepro.embedded.training.cli", "train the embedded target and drafters from a seed"),
-    "run": ("specrepro.harness.runner", "run a study (params/*.yaml) against an engine"),
+    "run": ("specrepro.harness.run_command", "run a study (params/*.yaml) against an engine"),
     "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
     "check": ("specrepro.params.cli", "validate a params file (suite, study or profile)"),
     "compact": ("specrepro.results", "merge a results store's part files, one file per session"),

@@ -1,14 +1,19 @@
-"""A study → cells and requests in the results store; the `specrepro run` command.
+"""A study → cells and requests in the results store (the command line is run_command.py).
 
 Design:
-- `run_study(study, store)` walks the study's cells arm by arm (the baseline arm first, so
-  the others can be compared with it). Per arm it launches the engine once through its
-  adapter (or attaches, or loads the in-process transformers peer), then per cell
+- `run_studies([(study, store), ...])` walks the studies' cells engine by engine: the arms
+  of all the studies are grouped by the engine they need (`launch_groups`: one group per
+  resolved profile and placement policy, each study's baseline arm first, so the others can
+  be compared with it), and each group's engine is launched once through its adapter (or
+  attached to, or the in-process transformers peer loaded) and serves its arms' cells in
+  turn: on a fresh GPU machine a start is 1-2 minutes and a cell seconds. Per cell
   (workload × concurrency × sampling × repeat): skip it if the store has an `ok` attempt
   (resume), scrape `/metrics` before and after the measured load (inside the load
   generator, after warm-up), sample power and memory, and append one attempt with its
-  requests. The row's figures come from `cells.py` (which takes each formula from
-  `metrics.py`); nothing is computed here.
+  requests. Each study keeps its own session; one that ran on another study's engine
+  start says so in its engine entry (`shared_launch`) and keeps its own copy of that
+  launch's log. The row's figures come from `cells.py` (which takes each formula from
+  `metrics.py`); nothing is computed here. `run_study` is the one-study case.
 - Cell identity (`specrepro.identity.cell_id`) includes the engine version, known only once
   the engine answers. To skip an arm whose cells are all done without launching it, the
   version an earlier session recorded in the manifest for the same arm and profile hash is
@@ -52,8 +57,8 @@ Design:
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -78,9 +83,6 @@ from specrepro.harness.deadline import (
     Archive,
     Deadline,
     ctrl_c_raises,
-    deadline_of,
-    seconds_arg,
-    zoned_time_arg,
 )
 from specrepro.harness.loadgen import LoadConfig, LoadGenerator, LoadResult, RequestRecord
 from specrepro.params import (
@@ -89,10 +91,6 @@ from specrepro.params import (
     Problem,
     ResolvedArm,
     ResolvedStudy,
-    load_suite,
-    read_tree,
-    resolve_study,
-    standalone_suite,
 )
 from specrepro.results import ResultStore, now
 from specrepro.workloads import Prompt, build_workload
@@ -287,7 +285,8 @@ def died_message(eng: ArmEngine, records: Sequence[RequestRecord]) -> str:
 
 @dataclass
 class _Run:
-    """What the arms and cells of one run_study call share."""
+    """One study of a run: what its arms and cells share. The deadline's figures (cell_s,
+    start_s) are the command's, shared by its studies (the same list objects)."""
 
     study: ResolvedStudy
     store: ResultStore
@@ -298,11 +297,13 @@ class _Run:
     done: set[str]  # cells with an ok attempt: stored before, or measured in this session
     deadline: Deadline | None
     archive: Archive | None
+    chosen: set[str]  # the arms run (--arm), or all
+    cell_s: list[float]  # each cell's seconds, stored and archived (every study's)
+    start_s: list[float]  # each engine's seconds to ready (every study's)
     summary: RunSummary = field(default_factory=RunSummary)
     prompts_of: dict[str, list[Prompt]] = field(default_factory=dict)
-    cell_s: list[float] = field(default_factory=list)  # each cell's seconds, stored and archived
-    start_s: list[float] = field(default_factory=list)  # each engine's seconds to ready
     versions: dict[str, str | None] = field(default_factory=dict)  # arm -> its engine's version
+    placements: dict[str, process.Placement] = field(default_factory=dict)
 
     def fits(self, starting: bool = False) -> bool:
         """Whether one more cell (starting: after an engine start) ends before the deadline."""
@@ -331,6 +332,14 @@ class _Run:
             if message not in self.summary.errors:
                 self.summary.errors.append(message)
 
+    def arms(self) -> list[ResolvedArm]:
+        """The arms to run, the baseline first (so the others can be compared with it)."""
+        return [a for a in sorted(self.study.arms, key=lambda a: a.name != self.study.baseline)
+                if a.name in self.chosen]
+
+    def cells_of(self, arm: ResolvedArm) -> list[Cell]:
+        return [c for c in self.study.cells() if c.arm.name == arm.name]
+
 
 class _AtDeadline(Exception):
     """The next cell (or engine start) would not end before the deadline."""
@@ -339,114 +348,203 @@ class _AtDeadline(Exception):
 # ----------------------------------------------------------------------- the run
 
 
-def run_study(study: ResolvedStudy, store: ResultStore, *, root: Path | str = ".",
-              fresh: bool = False, progress: bool = True, power_interval_s: float = 2.0,
-              request_timeout_s: float = 600.0, command: list[str] | None = None,
-              deadline: Deadline | None = None, archive: Archive | None = None,
-              arms: Sequence[str] = ()) -> RunSummary:
-    """Measure every cell of a resolved study that the store lacks (of the named arms
-    only, where `arms` names some), before the deadline if one is given, rewriting the
-    archive as it goes; see the module docstring."""
-    names = [a.name for a in study.arms]
-    unknown = [a for a in arms if a not in names]
-    if unknown:
-        raise ParamsError([Problem(study.source, "arms", f"--arm: expected an arm of study "
-                                   f"{study.name} ({', '.join(names)}), found {unknown[0]!r}")])
-    chosen = set(arms or names)
-    bar = tqdm(total=sum(1 for c in study.cells() if c.arm.name in chosen), desc=study.name,
-               unit="cell", disable=not progress)
-    ctx = _Run(study, store, bar, power_interval_s, request_timeout_s,
-               [IGNORE_EOS_WARNING] if study.ignore_eos else [],
-               set() if fresh else store.completed_cell_ids(), deadline, archive)
+def run_study(study: ResolvedStudy, store: ResultStore, **kwargs: Any) -> RunSummary:
+    """Measure every cell of a resolved study that the store lacks; `run_studies` with one
+    study (same keywords)."""
+    return run_studies([(study, store)], **kwargs)[0]
+
+
+def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
+                root: Path | str = ".", fresh: bool = False, progress: bool = True,
+                power_interval_s: float = 2.0, request_timeout_s: float = 600.0,
+                command: list[str] | None = None, deadline: Deadline | None = None,
+                archive: Archive | None = None, arms: Sequence[str] = ()) -> list[RunSummary]:
+    """Measure every cell the stores lack of the studies given (of the named arms only,
+    where `arms` names some), one engine per launch group (`launch_groups`), before the
+    deadline if one is given, rewriting the archive as it goes; one summary per study, in
+    order. See the module docstring."""
+    for study, _ in plans:
+        names = [a.name for a in study.arms]
+        unknown = [a for a in arms if a not in names]
+        if unknown:
+            raise ParamsError([Problem(study.source, "arms", f"--arm: expected an arm of study "
+                                       f"{study.name} ({', '.join(names)}), found "
+                                       f"{unknown[0]!r}")])
+    chosen = [set(arms or [a.name for a in study.arms]) for study, _ in plans]
+    bar = tqdm(total=sum(1 for (study, _), names in zip(plans, chosen)
+                         for c in study.cells() if c.arm.name in names),
+               desc=" + ".join(study.name for study, _ in plans), unit="cell",
+               disable=not progress)
+    cell_s: list[float] = []
+    start_s: list[float] = []
+    ctxs = [_Run(study, store, bar, power_interval_s, request_timeout_s,
+                 [IGNORE_EOS_WARNING] if study.ignore_eos else [],
+                 set() if fresh else store.completed_cell_ids(), deadline, archive, names,
+                 cell_s, start_s)
+            for (study, store), names in zip(plans, chosen)]
     with ctrl_c_raises():
-        return _run_study(ctx, Path(root), command, chosen)
+        _run_all(ctxs, Path(root), command)
+    return [ctx.summary for ctx in ctxs]
 
 
-def _run_study(ctx: _Run, root: Path, command: list[str] | None,
-               chosen: set[str]) -> RunSummary:
-    study, store, summary, bar = ctx.study, ctx.store, ctx.summary, ctx.bar
+def launch_groups(ctxs: Sequence[_Run]) -> list[list[tuple[_Run, ResolvedArm]]]:
+    """The arms of every study grouped by the engine they need: one group per resolved
+    profile (profile_hash: flags, env, port, models and their content) and placement
+    policy. One engine start serves a group's arms one after another (a start is 1-2
+    minutes on a fresh GPU machine; a cell is seconds), so a command's studies that share a
+    profile share its start; the cells run exactly as they would on a start of their own.
+    Order: each study's baseline group before the study's other groups (its arms are
+    compared with the baseline's stored outputs), otherwise in order of first appearance;
+    where studies' baselines contradict each other (A's baseline is B's other arm and back)
+    the first appearance decides."""
+    keyed: dict[tuple[str, str], list[tuple[_Run, ResolvedArm]]] = {}
+    for ctx in ctxs:
+        for arm in ctx.arms():  # baseline first
+            key = (identity.profile_hash(arm.resolved), ctx.study.placement)
+            keyed.setdefault(key, []).append((ctx, arm))
+    groups = list(keyed.values())
+    where = {(id(ctx), arm.name): i for i, g in enumerate(groups) for ctx, arm in g}
+    after: dict[int, set[int]] = {i: set() for i in range(len(groups))}  # i runs after these
+    for ctx in ctxs:
+        arms = ctx.arms()
+        if arms and arms[0].name == ctx.study.baseline:
+            first = where[(id(ctx), arms[0].name)]
+            for arm in arms[1:]:
+                if where[(id(ctx), arm.name)] != first:
+                    after[where[(id(ctx), arm.name)]].add(first)
+    order: list[int] = []
+    while len(order) < len(groups):
+        left = [i for i in range(len(groups)) if i not in order]
+        ready = [i for i in left if after[i] <= set(order)]
+        order.append(min(ready or left))
+    return [groups[i] for i in order]
+
+
+def _run_all(ctxs: Sequence[_Run], root: Path, command: list[str] | None) -> None:
     cpus = process.allowed_cpus()  # before any pinning: what the machine gives this process
-    placements: dict[str, process.Placement] = {}
-    store.begin_session({"params": study.model_dump(mode="json"), "command": command,
-                         "power_note": power.nvml_note(), "warnings": ctx.warnings,
-                         "placement": session_placement(placements),
-                         "deadline": ctx.deadline.record() if ctx.deadline else None,
-                         "arms_run": sorted(chosen) if len(chosen) < len(study.arms) else None})
-    if ctx.archive is not None:
-        ctx.archive.add(store)
-    ctx.save()
-    arms = [a for a in sorted(study.arms, key=lambda a: a.name != study.baseline)
-            if a.name in chosen]
-    all_cells = [c for c in study.cells() if c.arm.name in chosen]
+    for ctx in ctxs:
+        ctx.store.begin_session({
+            "params": ctx.study.model_dump(mode="json"), "command": command,
+            "power_note": power.nvml_note(), "warnings": ctx.warnings,
+            "placement": session_placement(ctx.placements),
+            "deadline": ctx.deadline.record() if ctx.deadline else None,
+            "arms_run": sorted(ctx.chosen) if len(ctx.chosen) < len(ctx.study.arms) else None})
+        if ctx.archive is not None:
+            ctx.archive.add(ctx.store)
+    ctxs[0].save()
+    stopped = None
     try:
-        for arm in arms:
-            cells = [c for c in all_cells if c.arm.name == arm.name]
-            version = ctx.versions[arm.name] = known_version(store, arm)
-            pending = [c for c in cells
-                       if identity.cell_id(study, c, version) not in ctx.done]
-            if not pending:
-                summary.skipped += len(cells)
-                bar.update(len(cells))
-                continue
-            if not ctx.fits(starting=True):
-                raise _AtDeadline
-            started = time.monotonic()
-            try:
-                with ctx.armed():
-                    eng = start_engine(arm, store.logs_dir, root,
-                                       placement_for(arm, study.placement, cpus))
-            except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
-                summary.errors.append(f"arm {arm.name!r}: {err}")
-                store.update_session(engines=[{"arm": arm.name, "profile": arm.resolved.name,
-                                               "error": str(err)}])
-                bar.update(len(cells))
-                ctx.save()
-                continue
-            ctx.start_s.append(time.monotonic() - started)
-            ctx.versions[arm.name] = eng.version
-            placements[arm.name] = eng.placement
-            pinned = eng.placement is not None and eng.placement.pinned
-            saved: dict[int, set[int]] = {}
-            try:
-                if pinned:  # the load generator off the engine's CPUs for the arm's cells
-                    saved = process.pin_process(eng.placement.client_cpus)
-                # start to ready as this process saw it, for an engine it launched (the
-                # engine's own log times the parts)
-                launched = eng.handle is not None and not eng.handle.attached
-                store.update_session(engines=[{**eng.describe(), "ready_s":
-                                               round(ctx.start_s[-1], 1) if launched else None}],
-                                     models=[arm.resolved.model.model_dump(mode="json")]
-                                     + ([arm.resolved.drafter.model_dump(mode="json")]
-                                        if arm.resolved.drafter else []),
-                                     placement=session_placement(placements))
-                ctx.save()
-                run_arm(ctx, eng, cells)
-            finally:
-                eng.stop()
-                if pinned:
-                    process.restore(saved, cpus)
+        for group in launch_groups(ctxs):
+            run_group(group, root, cpus)
     except _AtDeadline:
-        summary.stopped = "deadline"
+        stopped = "deadline"
     except KeyboardInterrupt:
-        summary.stopped = "deadline" if ctx.deadline and ctx.deadline.fired else "ctrl-c"
+        deadline = ctxs[0].deadline
+        stopped = "deadline" if deadline and deadline.fired else "ctrl-c"
     finally:
-        bar.close()
-        if summary.stopped == "deadline":  # what a resumed run will measure
-            versions = {a.name: ctx.versions[a.name] if a.name in ctx.versions
-                        else known_version(store, a) for a in study.arms}
-            summary.left = sum(1 for c in all_cells if identity.cell_id(
-                study, c, versions[c.arm.name]) not in ctx.done)
-        status = {"ctrl-c": "interrupted", "deadline": "deadline"}.get(summary.stopped, "ok")
-        if status == "ok" and (summary.failed or summary.errors):
-            status = "failed"
-        store.update_session(summary={"ok": summary.ok, "failed": summary.failed,
+        ctxs[0].bar.close()
+        for ctx in ctxs:
+            ctx.summary.stopped = stopped
+            end_run(ctx)
+        ctxs[0].save()
+
+
+def end_run(ctx: _Run) -> None:
+    """The session's summary and status; where a deadline stopped it, the cells left."""
+    study, summary = ctx.study, ctx.summary
+    if summary.stopped == "deadline":  # what a resumed run will measure
+        versions = {a.name: ctx.versions[a.name] if a.name in ctx.versions
+                    else known_version(ctx.store, a) for a in study.arms}
+        summary.left = sum(1 for c in study.cells() if c.arm.name in ctx.chosen
+                           and identity.cell_id(study, c, versions[c.arm.name]) not in ctx.done)
+    status = {"ctrl-c": "interrupted", "deadline": "deadline"}.get(summary.stopped, "ok")
+    if status == "ok" and (summary.failed or summary.errors):
+        status = "failed"
+    ctx.store.update_session(summary={"ok": summary.ok, "failed": summary.failed,
                                       "skipped": summary.skipped,
                                       "interrupted": summary.interrupted,
                                       "stopped": summary.stopped, "left": summary.left,
                                       "errors": summary.errors})
-        store.end_session(status)
-        ctx.save()
-    return summary
+    ctx.store.end_session(status)
+
+
+def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
+              cpus: tuple[int, ...] | None) -> None:
+    """One engine for a launch group: started if any of its arms has cells to measure,
+    then each arm's cells in turn, then stopped. A study other than the first that used
+    the engine gets its own copy of this launch's log and an engine entry that says whose
+    launch it shared."""
+    todo = []
+    for ctx, arm in group:
+        cells = ctx.cells_of(arm)
+        version = ctx.versions[arm.name] = known_version(ctx.store, arm)
+        if all(identity.cell_id(ctx.study, c, version) in ctx.done for c in cells):
+            ctx.summary.skipped += len(cells)
+            ctx.bar.update(len(cells))
+        else:
+            todo.append((ctx, arm, cells))
+    if not todo:
+        return
+    first, arm0, _ = todo[0]
+    if not first.fits(starting=True):
+        raise _AtDeadline
+    started = time.monotonic()
+    try:
+        with first.armed():
+            eng = start_engine(arm0, first.store.logs_dir, root,
+                               placement_for(arm0, first.study.placement, cpus))
+    except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
+        for ctx, arm, cells in todo:
+            ctx.summary.errors.append(f"arm {arm.name!r}: {err}")
+            ctx.store.update_session(engines=[{"arm": arm.name, "profile": arm.resolved.name,
+                                               "error": str(err)}])
+            ctx.bar.update(len(cells))
+        first.save()
+        return
+    first.start_s.append(time.monotonic() - started)
+    # start to ready as this process saw it, for an engine it launched (the engine's own
+    # log times the parts)
+    launched = eng.handle is not None and not eng.handle.attached
+    ready_s = round(first.start_s[-1], 1) if launched else None
+    pinned = eng.placement is not None and eng.placement.pinned
+    saved: dict[int, set[int]] = {}
+    copies: list[Path] = []
+    try:
+        if pinned:  # the load generator off the engine's CPUs for the arm's cells
+            saved = process.pin_process(eng.placement.client_cpus)
+        for i, (ctx, arm, cells) in enumerate(todo):
+            view = eng if i == 0 else dataclasses.replace(eng, arm=arm)
+            entry = {**view.describe(), "ready_s": ready_s}
+            if i and eng.handle is not None and eng.handle.log_path is not None:
+                copies.append(ctx.store.logs_dir / eng.handle.log_path.name)
+                entry.update(log=str(copies[-1]), shared_launch={
+                    "study": first.study.name, "arm": arm0.name,
+                    "note": "one engine start served both arms (same resolved profile)"})
+            ctx.versions[arm.name] = view.version
+            ctx.placements[arm.name] = view.placement
+            ctx.store.update_session(
+                engines=[entry], placement=session_placement(ctx.placements),
+                models=[arm.resolved.model.model_dump(mode="json")]
+                + ([arm.resolved.drafter.model_dump(mode="json")] if arm.resolved.drafter
+                   else []))
+            ctx.save()
+            run_arm(ctx, view, cells)
+            if i + 1 < len(todo) and not eng.alive():
+                for ctx_left, arm_left, cells_left in todo[i + 1:]:  # left for a re-run
+                    ctx_left.summary.errors.append(
+                        f"arm {arm_left.name!r}: the engine it shared with arm {arm.name!r} "
+                        f"of {ctx.study.name} died; its cells are left for a re-run")
+                    ctx_left.bar.update(len(cells_left))
+                break
+    finally:
+        eng.stop()
+        if pinned:
+            process.restore(saved, cpus)
+        text = eng.handle.log_text() if copies else ""
+        for path in copies:  # each store keeps the log of every engine its cells ran on
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(text)
 
 
 def run_arm(ctx: _Run, eng: ArmEngine, cells: Sequence[Cell]) -> None:
@@ -542,105 +640,3 @@ def append(store, study, cell, cid, eng, result, report, prompts, warnings, stat
     row.update(cell_id=cid, status=status, error=error, started_at=started, ended_at=now(),
                warnings=warnings)
     store.append_cell(row, request_rows(result.records, grades))
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[ResolvedStudy, Path, str]]:
-    """(study, results dir, run id) for a suite (its notebooks, or the notebooks and
-    studies named) or a study file (its arms' profiles from the `profiles/` folder beside
-    its folder)."""
-    path = Path(path)
-    tree = read_tree(path)
-    if "notebooks" in tree.data:
-        suite = load_suite(path)
-        chosen = list(notebooks) or list(suite.notebooks)
-        return [(resolve_study(suite, nb), suite.results_path, suite.run_id) for nb in chosen]
-    if "arms" in tree.data:
-        nb = tree.data.get("notebook")
-        profiles = path.resolve().parent.parent / "profiles"
-        suite = standalone_suite(path, nb, profiles)
-        return [(resolve_study(suite, nb), path.resolve().parents[2] / "results",
-                 suite.run_id)]
-    raise ParamsError([Problem(str(path), "", "expected a suite (notebooks:) or a study "
-                                              f"(arms:), found keys {sorted(tree.data)}")])
-
-
-EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3}  # which of two exit statuses wins
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`specrepro run params/<suite or study>.yaml [--notebook ID] [--results-dir DIR]
-    [--fresh] [--deadline-s S | --until TIME] [--cell-bound-s S] [--archive PATH]`."""
-    ap = argparse.ArgumentParser(prog="specrepro run", description=__doc__.splitlines()[0])
-    ap.add_argument("params", help="a suite (params/default.yaml) or a study file")
-    ap.add_argument("--notebook", "--study", action="append", default=[], dest="notebook",
-                    help="only this notebook's study, or a study of the suite's `studies:` "
-                         "(run only when named); repeatable")
-    ap.add_argument("--arm", action="append", default=[],
-                    help="only this arm's cells (repeatable): several `specrepro run --arm` "
-                         "processes may share one store, e.g. acceptance-only arms sharing "
-                         "a GPU, each engine on its own port")
-    ap.add_argument("--results-dir", default=None, help="overrides the suite's results_dir")
-    ap.add_argument("--run-id", default=None, help="overrides the suite's run_id")
-    ap.add_argument("--fresh", action="store_true",
-                    help="measure every cell again (new attempts) instead of resuming")
-    ap.add_argument("--power-interval", type=float, default=2.0, help="NVML sampling, seconds")
-    ap.add_argument("--no-progress", action="store_true")
-    when = ap.add_mutually_exclusive_group()
-    when.add_argument("--deadline-s", type=seconds_arg, metavar="S",
-                      help="end cleanly S seconds from now: no cell starts that cannot end by "
-                           "then, the cell in flight is stored as interrupted; exit status 75 "
-                           "if cells are left. Leave room after it to stop the engine (<= 60 s)")
-    when.add_argument("--until", type=zoned_time_arg, metavar="TIME",
-                      help="the same at an ISO 8601 time with its zone (2026-12-01T18:30:00Z)")
-    ap.add_argument("--cell-bound-s", type=seconds_arg, metavar="S",
-                    help="a bound on one cell's seconds, for the deadline before a cell has run")
-    ap.add_argument("--archive", type=Path, default=None, metavar="PATH",
-                    help="a .tar.gz of the stores written (<study>/<run_id>/...), rewritten "
-                         "after each cell; unpacked into a results dir, a run resumes from it")
-    args = ap.parse_args(argv)
-    deadline = deadline_of(ap, args)
-    if args.archive is not None and not args.archive.parent.is_dir():
-        ap.error(f"argument --archive: expected a file in an existing folder, found no folder "
-                 f"{args.archive.parent}")
-    try:
-        plans = resolve(args.params, args.notebook)
-    except ParamsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    archive = Archive(args.archive) if args.archive is not None else None
-    code = 0
-    for i, (study, results_dir, run_id) in enumerate(plans):
-        store = ResultStore(Path(args.results_dir) if args.results_dir else results_dir,
-                            study.name, args.run_id or run_id)
-        try:
-            summary = run_study(study, store, fresh=args.fresh, progress=not args.no_progress,
-                                power_interval_s=args.power_interval,
-                                command=["specrepro", "run", *(argv or sys.argv[1:])],
-                                deadline=deadline, archive=archive, arms=args.arm)
-        except ParamsError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        print(f"{study.name}: {summary.ok} ok, {summary.failed} failed, {summary.skipped} "
-              f"already done, {summary.interrupted} interrupted -> {store.root}")
-        for err in summary.errors:
-            print(f"  error: {err}", file=sys.stderr)
-        code = max(code, summary.exit_code, key=EXIT_RANK.__getitem__)
-        if summary.stopped == "ctrl-c":
-            print("interrupted: everything measured so far is kept; run again to resume",
-                  file=sys.stderr)
-            return 130
-        if summary.stopped == "deadline":
-            later = len(plans) - 1 - i
-            print(f"stopped before the deadline ({deadline.given}): {summary.left} cells of "
-                  f"{study.name} left" + (f" and {later} studies not begun" if later else "")
-                  + "; everything measured is kept; run again to resume",
-                  file=sys.stderr)
-            return code
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,132 @@
+"""`specrepro run`: the command line over the runner (harness/runner.py).
+
+Design: `resolve` turns a suite (its notebooks, or the notebooks and `studies:` named) or a
+study file into (study, results dir, run id) plans; `main` opens one store per study and
+hands them all to `runner.run_studies` at once, so that studies whose arms resolve to the
+same profile share that engine's start (`runner.launch_groups`). It prints one line per
+study, each error, and what a deadline left; the exit status is the worst of the
+studies' (130 Ctrl-C, 1 failures, 75 cells left at a deadline, 0).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from specrepro.harness.deadline import Archive, deadline_of, seconds_arg, zoned_time_arg
+from specrepro.harness.runner import EX_TEMPFAIL, run_studies
+from specrepro.params import (
+    ParamsError,
+    Problem,
+    ResolvedStudy,
+    load_suite,
+    read_tree,
+    resolve_study,
+    standalone_suite,
+)
+from specrepro.results import ResultStore
+
+
+def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[ResolvedStudy, Path, str]]:
+    """(study, results dir, run id) for a suite (its notebooks, or the notebooks and
+    studies named) or a study file (its arms' profiles from the `profiles/` folder beside
+    its folder)."""
+    path = Path(path)
+    tree = read_tree(path)
+    if "notebooks" in tree.data:
+        suite = load_suite(path)
+        chosen = list(notebooks) or list(suite.notebooks)
+        return [(resolve_study(suite, nb), suite.results_path, suite.run_id) for nb in chosen]
+    if "arms" in tree.data:
+        nb = tree.data.get("notebook")
+        profiles = path.resolve().parent.parent / "profiles"
+        suite = standalone_suite(path, nb, profiles)
+        return [(resolve_study(suite, nb), path.resolve().parents[2] / "results",
+                 suite.run_id)]
+    raise ParamsError([Problem(str(path), "", "expected a suite (notebooks:) or a study "
+                                              f"(arms:), found keys {sorted(tree.data)}")])
+
+
+EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3}  # which of two exit statuses wins
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specrepro run params/<suite or study>.yaml [--notebook ID ...] [--arm NAME ...]
+    [--results-dir DIR] [--fresh] [--deadline-s S | --until TIME] [--cell-bound-s S]
+    [--archive PATH]`."""
+    ap = argparse.ArgumentParser(prog="specrepro run",
+                                 description="run a suite's or a study's cells against its "
+                                             "engines; resumes what the store lacks")
+    ap.add_argument("params", help="a suite (params/default.yaml) or a study file")
+    ap.add_argument("--notebook", "--study", action="append", default=[], dest="notebook",
+                    help="only this notebook's study, or a study of the suite's `studies:` "
+                         "(run only when named); repeatable: the studies run together, one "
+                         "engine start for the arms that resolve to the same profile")
+    ap.add_argument("--arm", action="append", default=[],
+                    help="only this arm's cells (repeatable): several `specrepro run --arm` "
+                         "processes may share one store, e.g. acceptance-only arms sharing "
+                         "a GPU, each engine on its own port")
+    ap.add_argument("--results-dir", default=None, help="overrides the suite's results_dir")
+    ap.add_argument("--run-id", default=None, help="overrides the suite's run_id")
+    ap.add_argument("--fresh", action="store_true",
+                    help="measure every cell again (new attempts) instead of resuming")
+    ap.add_argument("--power-interval", type=float, default=2.0, help="NVML sampling, seconds")
+    ap.add_argument("--no-progress", action="store_true")
+    when = ap.add_mutually_exclusive_group()
+    when.add_argument("--deadline-s", type=seconds_arg, metavar="S",
+                      help="end cleanly S seconds from now: no cell starts that cannot end by "
+                           "then, the cell in flight is stored as interrupted; exit status 75 "
+                           "if cells are left. Leave room after it to stop the engine (<= 60 s)")
+    when.add_argument("--until", type=zoned_time_arg, metavar="TIME",
+                      help="the same at an ISO 8601 time with its zone (2026-12-01T18:30:00Z)")
+    ap.add_argument("--cell-bound-s", type=seconds_arg, metavar="S",
+                    help="a bound on one cell's seconds, for the deadline before a cell has run")
+    ap.add_argument("--archive", type=Path, default=None, metavar="PATH",
+                    help="a .tar.gz of the stores written (<study>/<run_id>/...), rewritten "
+                         "after each cell; unpacked into a results dir, a run resumes from it")
+    args = ap.parse_args(argv)
+    deadline = deadline_of(ap, args)
+    if args.archive is not None and not args.archive.parent.is_dir():
+        ap.error(f"argument --archive: expected a file in an existing folder, found no folder "
+                 f"{args.archive.parent}")
+    try:
+        plans = resolve(args.params, args.notebook)
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    stores = [(study, ResultStore(Path(args.results_dir) if args.results_dir else results_dir,
+                                  study.name, args.run_id or run_id))
+              for study, results_dir, run_id in plans]
+    try:
+        summaries = run_studies(stores, progress=not args.no_progress,
+                                fresh=args.fresh, power_interval_s=args.power_interval,
+                                command=["specrepro", "run", *(argv or sys.argv[1:])],
+                                deadline=deadline,
+                                archive=Archive(args.archive) if args.archive else None,
+                                arms=args.arm)
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    code = 0
+    for (study, store), summary in zip(stores, summaries):
+        print(f"{study.name}: {summary.ok} ok, {summary.failed} failed, {summary.skipped} "
+              f"already done, {summary.interrupted} interrupted -> {store.root}")
+        for err in summary.errors:
+            print(f"  error: {err}", file=sys.stderr)
+        code = max(code, summary.exit_code, key=EXIT_RANK.__getitem__)
+    stopped = summaries[0].stopped if summaries else None
+    if stopped == "ctrl-c":
+        print("interrupted: everything measured so far is kept; run again to resume",
+              file=sys.stderr)
+        return 130
+    if stopped == "deadline":
+        left = [f"{s.left} of {study.name}" for (study, _), s in zip(stores, summaries) if s.left]
+        print(f"stopped before the deadline ({deadline.given}): cells left: "
+              f"{', '.join(left) or 'none'}; everything measured is kept; run again to resume",
+              file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
