@@ -16,6 +16,7 @@ from specrepro.harness.loadgen import (
     request_seed,
     run_load,
 )
+from specrepro.metrics import token_gaps_s
 from specrepro.workloads import Prompt
 
 CHAT = Prompt(id="p0", workload="essays", max_tokens=24,
@@ -45,6 +46,12 @@ def test_multi_token_chunk_splits_its_gap_over_its_tokens():
     assert len(r.itl_s) == r.completion_tokens - 1 == 4
     assert r.token_ids == [7, 8, 9, 10, 11] and r.finish_reason == "length"
     assert r.e2e_s == pytest.approx(1.1) and r.prompt_tokens == 5
+    # stored as measured: the chunks' arrivals after one another, in µs, and their tokens,
+    # from which the per-token gaps come back
+    row = r.row()
+    assert row["chunk_gap_us"] == [500_000, 300_000, 200_000] and row["chunk_tokens"] == [1, 3, 1]
+    assert "itl_s" not in row
+    assert token_gaps_s(row["chunk_gap_us"], row["chunk_tokens"]) == pytest.approx(r.itl_s)
 
 
 def test_chunk_size_from_token_ids_without_continuous_usage():

@@ -45,3 +45,19 @@ def test_throughput_energy_and_percentiles():
     assert m.percentile([1, 2, 3, 4], 50) == pytest.approx(2.5)
     assert m.relative_change_pct(162.6, 153.4) == pytest.approx(6.0, abs=0.05)
     assert m.roofline_tok_s(1.0, 1.8e12, 21 * 2**30) == pytest.approx(79.8, abs=0.1)
+
+
+def test_chunk_gaps_give_the_per_token_gaps_and_back():
+    """A stream of chunks (3 tokens at 30 ms, then 1 after 10 ms, 2 after 8 ms): the
+    per-token gaps the load generator splits them into, and back to the chunks."""
+    from specrepro.metrics import chunks_from_gaps, token_gaps_s
+
+    gaps = token_gaps_s([30_000, 10_000, 8_000], [3, 1, 2])
+    assert gaps == pytest.approx([0.0, 0.0, 0.010, 0.004, 0.004])
+    assert chunks_from_gaps(0.030, gaps) == ([30_000, 10_000, 8_000], [3, 1, 2])
+    assert chunks_from_gaps(None, []) == ([], []) and token_gaps_s([], []) == []
+    # arrivals are rounded before they are differenced: the gaps add up to the last one
+    got, tokens = chunks_from_gaps(0.0000004, [0.0000007, 0.0000007, 0.0000009])
+    assert sum(got) == round((0.0000004 + 0.0000014 + 0.0000009) * 1e6) and tokens == [1, 2, 1]
+    with pytest.raises(ValueError):  # lengths that do not pair are a bug, not a guess
+        token_gaps_s([1, 2], [1])

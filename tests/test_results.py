@@ -23,7 +23,8 @@ def requests_for(n: int, text: str = "x") -> list[dict]:
             "request_idx": i,
             "prompt_id": f"p{i}",
             "ttft_s": 0.1,
-            "itl_s": [0.01, 0.02],
+            "chunk_gap_us": [100_000, 10_000],
+            "chunk_tokens": [1, 1],
             "text": text,
             "token_ids": [1, 2],
             "completion_tokens": 2,
@@ -224,13 +225,13 @@ def test_a_killed_session_keeps_its_parts_loads_and_compacts(store: ResultStore)
     assert sum(killed in n for n in files(later, "cells")) == 4
     after_later = snapshot(later.root)
     assert after_later[0].height == 5
-    assert results.compact(later.root.parents[1]) == {later.root: {"requests": 4, "cells": 4}}
+    assert results.compact(later.root.parents[1]) == {later.root: {"requests": 4, "cells": 4, "upgraded": 0}}
     want = sorted(f"session-{s}.parquet" for s in (killed, later.session_id))
     assert files(later, "cells") == want and files(later, "requests") == want
     assert same(snapshot(later.root), after_later)
     # merging again changes nothing, byte for byte
     blobs = {p: p.read_bytes() for p in later.root.glob("*/*.parquet")}
-    assert later.compact() == {"requests": 0, "cells": 0}
+    assert later.compact() == {"requests": 0, "cells": 0, "upgraded": 0}
     assert {p: p.read_bytes() for p in later.root.glob("*/*.parquet")} == blobs
 
 
@@ -244,7 +245,7 @@ def test_leftover_parts_beside_their_merged_file_count_once(store: ResultStore):
     (store.cells_dir / f".session-{store.session_id}.parquet.x.tmp").write_bytes(b"half")
     assert same(snapshot(store.root), before)
     assert results.load_requests(store.root).height == 5  # no request twice
-    assert store.compact() == {"requests": 4, "cells": 4}
+    assert store.compact() == {"requests": 4, "cells": 4, "upgraded": 0}
     assert files(store, "cells") == [f"session-{store.session_id}.parquet"]  # temp file gone
     assert same(snapshot(store.root), before)
 
@@ -294,3 +295,30 @@ def test_compact_command(store: ResultStore, capsys):
     from specrepro.cli import SUBCOMMANDS
 
     assert SUBCOMMANDS["compact"][0] == "specrepro.results"
+
+
+def test_a_legacy_requests_file_reads_as_chunks_and_compact_rewrites_it(tmp_path):
+    """Requests stored before 2026-12-02 kept per-token gaps (`itl_s`, float seconds):
+    they read as the chunks they were split from, and compact rewrites the file so, once
+    the chunks give the stored gaps back to the microsecond."""
+    from specrepro.metrics import token_gaps_s
+
+    store = ResultStore(tmp_path, "01_drafter_block_sweep", "r1")
+    store.begin_session({"params": {}})
+    store.append_cell({"cell_id": cid(1), "status": "ok"}, requests_for(2))
+    store.end_session()
+    f = next(store.requests_dir.glob("session-*.parquet"))
+    legacy_gaps = [[0.0, 0.0, 0.0123456789, 0.0123456789, 0.0031], [0.004, 0.004]]
+    legacy = (pl.read_parquet(f).drop("chunk_gap_us", "chunk_tokens")
+              .with_columns(pl.Series("itl_s", legacy_gaps), pl.Series("ttft_s", [0.25, 0.5])))
+    legacy.write_parquet(f)
+    read = store.load_requests().sort("request_idx")
+    assert read["chunk_gap_us"].to_list() == [[250_000, 24_691, 3_100], [500_000, 8_000]]
+    assert read["chunk_tokens"].to_list() == [[3, 2, 1], [1, 2]]
+    assert store.compact()["upgraded"] == 1
+    assert "itl_s" not in pl.read_parquet(f).columns
+    assert store.load_requests().equals(read)  # the same rows before and after
+    for row, gaps in zip(read.iter_rows(named=True), legacy_gaps):
+        assert token_gaps_s(row["chunk_gap_us"], row["chunk_tokens"]) == pytest.approx(
+            gaps, abs=1e-6)
+    assert store.compact()["upgraded"] == 0  # once

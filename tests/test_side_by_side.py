@@ -249,4 +249,4 @@ def test_repeated_session_params_are_stored_once_and_read_whole(tmp_path):
     before = store.manifest()
     assert store.dedupe_manifest() == 1
     assert store.manifest() == before
-    assert results.compact(tmp_path) == {tmp_path / "st" / "r": {"requests": 0, "cells": 0}}
+    assert results.compact(tmp_path) == {tmp_path / "st" / "r": {"requests": 0, "cells": 0, "upgraded": 0}}

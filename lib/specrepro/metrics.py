@@ -9,6 +9,7 @@ made-up zero, so a table shows a gap where nothing was measured.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 
@@ -138,6 +139,45 @@ def request_itl_s(gaps_s: Sequence[float], output_tokens: int | None) -> float |
     if output_tokens is None or output_tokens <= 1:
         return None
     return sum(gaps_s) / (output_tokens - 1)
+
+
+def token_gaps_s(chunk_gap_us: Sequence[int], chunk_tokens: Sequence[int]) -> list[float]:
+    """A request's per-token gaps (the load generator's `itl_s`, seconds) from the chunks
+    its stream delivered, as the requests table stores them: `chunk_gap_us[0]` the first
+    token-carrying chunk's arrival in microseconds after the request was sent (its TTFT),
+    `chunk_gap_us[i]` the i-th chunk's arrival after the one before, `chunk_tokens[i]` its
+    tokens. The first chunk's m tokens give m − 1 gaps of 0; a later chunk of m tokens
+    after a gap g gives m gaps of g / m (a speculative step's tokens arrive together and
+    share its gap)."""
+    gaps: list[float] = []
+    for i, (g, m) in enumerate(zip(chunk_gap_us, chunk_tokens, strict=True)):
+        gaps += [0.0] * (m - 1) if i == 0 else [g / 1e6 / m] * m
+    return gaps
+
+
+def chunks_from_gaps(ttft_s: float | None,
+                     gaps_s: Sequence[float]) -> tuple[list[int], list[int]]:
+    """The inverse of `token_gaps_s`, for requests stored before the table kept chunks
+    (per-token gaps in float seconds): the leading zeros are the first chunk's other
+    tokens; each later run of equal gaps is one chunk of that many tokens. Arrivals are
+    rounded to the microsecond before they are differenced, so the gaps add up to the
+    stored total. Two consecutive chunks whose gaps per token were equal to the last bit
+    read as one (not seen in the committed stores: compact checks every request)."""
+    if ttft_s is None:
+        return [], []
+    at, i, n = ttft_s, 0, len(gaps_s)
+    while i < n and gaps_s[i] == 0.0:
+        i += 1
+    arrivals, tokens = [round(at * 1e6)], [i + 1]
+    while i < n:
+        j = i
+        while j < n and gaps_s[j] == gaps_s[i]:
+            j += 1
+        at += gaps_s[i] * (j - i)
+        arrivals.append(round(at * 1e6))
+        tokens.append(j - i)
+        i = j
+    return [arrivals[0]] + [b - a for a, b in itertools.pairwise(arrivals)], tokens
 
 
 def request_mean_itl_s(requests: Sequence[tuple[Sequence[float], int | None]]) -> float | None:

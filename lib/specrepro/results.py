@@ -54,6 +54,7 @@ import polars as pl
 
 # the manifest stores params objects as the cell ids hash them (pydantic in JSON mode)
 from specrepro.identity import jsonable
+from specrepro.metrics import chunks_from_gaps, token_gaps_s
 from specrepro.provenance import git_state, gpu_info, host_info, package_versions
 
 # settled is re-exported: an archive takes it from here (harness/deadline.py)
@@ -97,9 +98,13 @@ CELL_SCHEMA: dict[str, pl.DataType] = {
 
 REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "cell_id": _S, "attempt": _I, "request_idx": _I, "prompt_id": _S, "seed": _I,
-    "ttft_s": _F, "itl_s": pl.List(_F), "e2e_s": _F, "prompt_tokens": _I,
+    "ttft_s": _F, "e2e_s": _F, "prompt_tokens": _I,
     "completion_tokens": _I, "text": _S, "token_ids": pl.List(_I), "finish_reason": _S,
     "error": _S, "gsm8k_strict": _B, "gsm8k_flexible": _B,
+    # the stream's token-carrying chunks: each one's arrival in µs after the one before (the
+    # first's after the request was sent) and its tokens (per-token gaps:
+    # metrics.token_gaps_s)
+    "chunk_gap_us": pl.List(pl.Int32), "chunk_tokens": pl.List(pl.Int32),
 }
 
 # Columns added after stores were written: a file without one reads it as null.
@@ -209,12 +214,18 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+# zstd at 19, not polars' 3: the requests' timing and token ids are most of a committed
+# store, and 19 writes a whole session's requests (144,000 chunk gaps) in 0.16 s at 75 % of
+# level 3's bytes
+PARQUET_ZSTD_LEVEL = 19
+
+
 def _temp_parquet(df: pl.DataFrame, folder: Path, name: str) -> str:
     """df written and fsynced under a temporary name in folder (the caller renames it)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
-        df.write_parquet(tmp)
+        df.write_parquet(tmp, compression_level=PARQUET_ZSTD_LEVEL)
         _fsync(Path(tmp))
     except BaseException:
         os.unlink(tmp)
@@ -266,9 +277,32 @@ def _read(files: Iterable[Path], table: str) -> pl.DataFrame:
 
 
 def _with_added(df: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    """A file written before one of ADDED_COLUMNS existed, with that column null."""
+    """A file written before one of ADDED_COLUMNS existed, with that column null; a
+    requests file written before the chunks were kept, with them (`_chunks_of_legacy`)."""
+    if "chunk_gap_us" in schema and "chunk_gap_us" not in df.columns and LEGACY_ITL in df.columns:
+        df = _chunks_of_legacy(df)
     return df.with_columns(pl.lit(None, schema[c]).alias(c)
                            for c in ADDED_COLUMNS if c in schema and c not in df.columns)
+
+
+LEGACY_ITL = "itl_s"  # requests files before 2026-12-02: per-token gaps, float seconds
+
+
+def _chunks_of_legacy(df: pl.DataFrame) -> pl.DataFrame:
+    """A legacy requests file's per-token gaps as the chunks they were split from
+    (metrics.chunks_from_gaps), the gaps dropped: the same timing to the microsecond, at
+    about a third of the bytes (float seconds do not compress)."""
+    pairs = [chunks_from_gaps(t, g or []) for t, g in
+             zip(df["ttft_s"].to_list(), df[LEGACY_ITL].to_list(), strict=True)]
+    return df.drop(LEGACY_ITL).with_columns(
+        pl.Series("chunk_gap_us", [p[0] for p in pairs], pl.List(pl.Int32)),
+        pl.Series("chunk_tokens", [p[1] for p in pairs], pl.List(pl.Int32)))
+
+
+def _per_token(chunk_tokens: list[int]) -> list[int]:
+    """Each token's chunk size (the first chunk's first token excluded: it has no gap)."""
+    out = [m for m in chunk_tokens for _ in range(m)]
+    return out[1:]
 
 
 @vanishing_parts_retried
@@ -507,11 +541,41 @@ class ResultStore:
 
     def compact(self) -> dict[str, int]:
         """Every part of this run into its session's merged file (killed sessions, old
-        stores), and the manifest with each repeated session params stored once; parts
-        merged per table."""
+        stores), the manifest with each repeated session params stored once, and legacy
+        requests files with chunks (`upgrade_requests`); parts merged per table and
+        `upgraded`: the requests files rewritten."""
         done = self._merge(None)
         self.dedupe_manifest()
+        done["upgraded"] = self.upgrade_requests()
         return done
+
+    def upgrade_requests(self) -> int:
+        """Rewrite each merged requests file that still stores per-token gaps as the chunks
+        they came from (`_chunks_of_legacy`), once the gaps read back from the chunks
+        (metrics.token_gaps_s) match the stored ones to the microsecond, row by row; a
+        file that does not match is kept as it is and named. Returns the files rewritten."""
+        if not self.requests_dir.is_dir():
+            return 0
+        n = 0
+        with locked(self.requests_dir):
+            for f in sorted(self.requests_dir.glob("session-*.parquet")):
+                old = pl.read_parquet(f)
+                if LEGACY_ITL not in old.columns:
+                    continue
+                new = _read([f], "requests")
+                for key, gaps, (at, m) in zip(
+                        old.select(KEYS["requests"]).rows(), old[LEGACY_ITL].to_list(),
+                        new.select("chunk_gap_us", "chunk_tokens").rows(), strict=True):
+                    back = token_gaps_s(at, m)
+                    gaps = gaps or []
+                    if len(back) != len(gaps) or any(abs(a - b) * (m_i or 1) > 1.5e-6 for
+                                                     a, b, m_i in zip(back, gaps, _per_token(m))):
+                        raise ResultsError(f"{f}: request {key}: the chunks do not give back "
+                                           "its stored gaps to the microsecond; file kept")
+                os.replace(_temp_parquet(new.sort(KEYS["requests"]), f.parent, f.name), f)
+                _fsync(f.parent)
+                n += 1
+        return n
 
     def dedupe_manifest(self) -> int:
         """Rewrite manifest.json with every session's params that equal an earlier
@@ -602,7 +666,8 @@ def _merge_parts(target: Path, parts: list[Path], table: str) -> None:
 
 def compact(path: Path | str) -> dict[Path, dict[str, int]]:
     """Merge the parts of every run folder at or under path (a results dir, a study, a run)
-    into one file per session and table. Returns {run folder: {table: parts merged}}."""
+    into one file per session and table (ResultStore.compact). Returns {run folder: {table:
+    parts merged, "upgraded": legacy requests files rewritten}}."""
     root = Path(path)
     runs = sorted({f.parent.parent for t in KEYS for f in _files(root, t)}
                   | {m.parent for m in root.glob("**/manifest.json")})
@@ -625,5 +690,7 @@ def main(argv: list[str] | None = None) -> int:
             files = {t: len(list((run / t).glob("session-*.parquet"))) for t in KEYS}
             print(f"{run}: merged {merged.get('cells', 0)} cells and "
                   f"{merged.get('requests', 0)} requests parts; now {files['cells']} cells "
-                  f"and {files['requests']} requests files")
+                  f"and {files['requests']} requests files"
+                  + (f"; {merged['upgraded']} requests files rewritten from per-token gaps "
+                     "to chunks" if merged.get("upgraded") else ""))
     return 0

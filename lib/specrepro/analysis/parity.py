@@ -328,7 +328,8 @@ def eos_notes(stores: list[Store]) -> tuple[str, ...]:
 def invariance_table(stores: list[Store], reference: str | None = None) -> Table:
     """Per engine and arm: outputs repeat 0 against repeat 1 at each level (where some
     store measured a repeat 1), the highest level against the lowest (repeat 0; where the
-    study has two levels), and each arm against the study's first arm (the reference
+    study has two levels; the engine's own highest and lowest where it measured two), and
+    each arm against the study's first arm (the reference
     store's) at the lowest level (repeat 0)."""
     ref = reference_of(stores, reference)
     first = _arm_order(stores, ref)[0]
@@ -354,6 +355,11 @@ def invariance_table(stores: list[Store], reference: str | None = None) -> Table
             for wl, t in dict.fromkeys((lv["workload"], lv["temperature"]) for lv in mine):
                 conc = sorted({lv["concurrency"] for lv in grid
                                if (lv["workload"], lv["temperature"]) == (wl, t)})
+                # this engine's own highest and lowest level where it measured two: a
+                # store that stopped short still shows its batch invariance
+                have = [c for c in conc if _outputs(s, arm, {"workload": wl, "temperature": t,
+                                                             "concurrency": c}) is not None]
+                conc = have if len(have) >= 2 else conc
                 lo, hi = ({"workload": wl, "temperature": t, "concurrency": c}
                           for c in (conc[0], conc[-1]))
                 if len(conc) >= 2:  # one batch size measured: nothing to compare across

@@ -61,6 +61,7 @@ Design:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -131,6 +132,7 @@ class RequestRecord:
     seed: int
     started: float = 0.0  # time.monotonic() when sent
     arrivals: list[float] = field(default_factory=list)  # monotonic time of each token
+    chunks: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, tokens)
     ttft_s: float | None = None
     itl_s: list[float] = field(default_factory=list)
     e2e_s: float | None = None
@@ -149,10 +151,22 @@ class RequestRecord:
     def ok(self) -> bool:
         return self.error is None
 
+    def chunk_gap_us(self) -> list[int]:
+        """Each chunk's arrival in µs (rounded) after the chunk before it, the first's
+        after the request was sent: differences of rounded arrivals, so they add up."""
+        at = [round((t - self.started) * 1e6) for t, _ in self.chunks]
+        return at[:1] + [b - a for a, b in itertools.pairwise(at)]
+
     def row(self) -> dict:
         """The record as a row of the requests table (without cell id, attempt, grades)."""
         return {"request_idx": self.request_idx, "prompt_id": self.prompt_id, "seed": self.seed,
-                "ttft_s": self.ttft_s, "itl_s": list(self.itl_s), "e2e_s": self.e2e_s,
+                "ttft_s": self.ttft_s, "e2e_s": self.e2e_s,
+                # what was measured: each token-carrying chunk's arrival after the one
+                # before (the first's after the request was sent), µs, and its tokens;
+                # `itl_s` is derived from them (metrics.token_gaps_s), not stored: float
+                # seconds are 8 bytes a token that do not compress
+                "chunk_gap_us": self.chunk_gap_us(),
+                "chunk_tokens": [m for _, m in self.chunks],
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "text": self.text,
                 "token_ids": self.token_ids, "finish_reason": self.finish_reason,
@@ -222,6 +236,7 @@ class StreamTimer:
             gap = now - r.arrivals[-1]
             r.itl_s += [gap / m] * m
         r.arrivals += [now] * m
+        r.chunks.append((now, m))
         self.counted += m
 
     def finish(self, now: float) -> None:

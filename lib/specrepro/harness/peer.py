@@ -90,6 +90,7 @@ class StepStreamer:
             gap = now - r.arrivals[-1]
             r.itl_s += [gap / len(ids)] * len(ids)
         r.arrivals += [now] * len(ids)
+        r.chunks.append((now, len(ids)))
         self.steps.append(len(ids))
 
     def end(self) -> None:
