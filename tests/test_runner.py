@@ -666,7 +666,7 @@ def test_studies_whose_arms_share_a_profile_share_one_engine_start(
     assert head["shared_launch"]["arm"] == "mtp" and head["ready_s"] == mtp["ready_s"]
     assert head["profile_hash"] == mtp["profile_hash"] and "shared_launch" not in elsewhere
     copy = Path(head["log"])
-    assert copy.parent == two.logs_dir and copy.is_file()
+    assert copy == two.logs_dir / "head--tiny-mtp.log" and copy.is_file()  # its own arm's name
     assert copy.read_text() == Path(mtp["log"]).read_text()  # this launch's lines, whole
     # the groups: by resolved profile, each study's baseline first, order of first sight
     ctxs = [runner._Run(st, store, None, 0.2, 60.0, [], set(), None, None,

@@ -516,7 +516,7 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
             view = eng if i == 0 else dataclasses.replace(eng, arm=arm)
             entry = {**view.describe(), "ready_s": ready_s}
             if i and eng.handle is not None and eng.handle.log_path is not None:
-                copies.append(ctx.store.logs_dir / eng.handle.log_path.name)
+                copies.append(ctx.store.logs_dir / f"{arm.name}--{arm.resolved.name}.log")
                 entry.update(log=str(copies[-1]), shared_launch={
                     "study": first.study.name, "arm": arm0.name,
                     "note": "one engine start served both arms (same resolved profile)"})
