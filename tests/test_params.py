@@ -429,6 +429,9 @@ def test_h200_engine_profiles_state_what_changes_the_numbers(path: Path):
     p = params.load_profile(path)
     prefix, version = ENGINE_PROFILES[p.engine]
     assert p.name.startswith(prefix) and p.engine_version == version
+    # a target quantized at load (the same bf16 checkpoint) says so right after the version
+    if "quantization" in p.flags:
+        assert p.name.startswith(f"{prefix}{p.flags['quantization']}-")
     assert p.model.id == "models/embedded" and p.hardware.gpu == "NVIDIA H200"
     assert [f for f in STATED[p.engine] if f not in p.flags] == []
     # the machine's facts: the bundle's environment script, its sampler and attention
@@ -451,30 +454,71 @@ def test_h200_engine_profiles_state_what_changes_the_numbers(path: Path):
     assert spec.draft_sample_method == ("greedy" if p.engine == "vllm" else None)
     want = DRAFTERS[spec.method]
     assert (p.drafter.id if p.drafter else None) == (want and want.format(engine=p.engine))
+    # a quantized drafter says so after its draft count (the target's precision: below)
+    suffix = f"-{spec.quantization}-drafter" if spec.quantization else ""
     if p.name.endswith("-schedule"):
         assert spec.num_speculative_tokens_per_batch_size == [[1, 12, 7], [13, 32, 3]]
         assert spec.draft_tokens_at(p.flags["max-num-seqs"]) == 3
     else:  # the draft count the name says
-        assert p.name.endswith(f"-k{spec.num_speculative_tokens}")
+        assert p.name.endswith(f"-k{spec.num_speculative_tokens}{suffix}")
         assert spec.num_speculative_tokens_per_batch_size is None
     if p.engine == "sglang" and spec.method == "ngram":  # SGLang's own NGRAM, named as such
         assert "-ngram-trie-" in p.name and p.flags["speculative-ngram-match-type"] == "BFS"
 
 
 def test_h200_engine_profiles_cover_every_method_and_draft_count():
+    """One profile per engine, method, draft count and precision (the target's, quantized
+    at load, and the drafter's): bf16 for every method and count, and the quantized arms of
+    notebooks 03 (FP8 target) and 05 (FP8 drafter, SGLang's as the fallback)."""
     have = {}
     for path in H200_PROFILES:
         p = params.load_profile(path)
         key = (p.engine, p.method, "schedule" if p.name.endswith("-schedule") else
-               p.speculative.num_speculative_tokens if p.speculative else None)
+               p.speculative.num_speculative_tokens if p.speculative else None,
+               p.flags.get("quantization"), p.speculative and p.speculative.quantization)
         assert key not in have, f"{path.name} repeats {have.get(key)}"
         have[key] = path.name
-    want = {(e, "none", None) for e in ENGINE_PROFILES} | {
-        (e, method, k) for e in ENGINE_PROFILES
+    want = {(e, "none", None, None, None) for e in ENGINE_PROFILES} | {
+        (e, method, k, None, None) for e in ENGINE_PROFILES
         for method, ks in (("eagle", [3]), ("dflash", [3, 4, 5, 7, 9]),
                            ("draft_model", [3, 5, 7]), ("ngram", [3, 5, 7]))
-        for k in ks} | {("vllm", "dflash", "schedule")}
+        for k in ks} | {("vllm", "dflash", "schedule", None, None),
+                        ("vllm", "dflash", 7, "fp8", None),
+                        ("vllm", "dflash", 7, None, "fp8"), ("sglang", "dflash", 7, None, "fp8")}
     assert set(have) == want
+
+
+@pytest.mark.parametrize("name, target, drafter", [
+    ("vllm-0.26-fp8-dflash-k7", "fp8", None),
+    ("vllm-0.26-dflash-k7-fp8-drafter", None, "fp8"),
+    ("sglang-0.5.14-dflash-k7-fp8-drafter", None, "fp8"),
+    ("vllm-nvfp4-0.26-dflash-k7", None, None),  # NVFP4 is in the checkpoint, not a flag
+])
+def test_h200_quantized_arms_render_their_precision_and_nothing_else(name, target, drafter):
+    """The precision arms of notebooks 03 and 05 reach the engine's command line as the one
+    thing they change: the target's `--quantization`, or the drafter's (vLLM's speculative
+    config key, SGLang's --speculative-draft-model-quantization), on the BF16 arm's flags."""
+    import json
+
+    from specrepro.harness.engines import adapter_for
+
+    p = params.load_profile(PARAMS / "profiles" / f"{name}.yaml")
+    bf16 = {"vllm": "vllm-0.26-dflash-k7", "sglang": "sglang-0.5.14-dflash-k7"}[p.engine]
+    base = params.load_profile(PARAMS / "profiles" / f"{bf16}.yaml")
+    argv, base_argv = adapter_for(p).render_argv(p), adapter_for(base).render_argv(base)
+    flag = lambda a, f: a[a.index(f) + 1] if f in a else None
+    assert flag(argv, "--quantization") == target
+    if p.engine == "vllm":
+        spec = json.loads(flag(argv, "--speculative-config"))
+        assert spec.get("quantization") == drafter
+        assert spec.get("model") == base.drafter.id
+        spec.pop("quantization", None)
+        assert spec == json.loads(flag(base_argv, "--speculative-config"))
+    else:
+        assert flag(argv, "--speculative-draft-model-quantization") == drafter
+    assert p.flags | {"quantization": None} == base.flags | {"quantization": None}
+    assert p.hardware == base.hardware and p.command == base.command and p.env == base.env
+    assert (p.model.id == "build/nvfp4-target") == name.startswith("vllm-nvfp4-")
 
 
 def test_the_h200_engines_suite_binds_01_02_06_on_vllm_026_and_its_studies():
