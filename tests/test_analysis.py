@@ -683,3 +683,18 @@ def test_a_missing_exported_drafter_is_named_when_nothing_replays(tmp_path, monk
     (tmp_path / "build" / "engine-drafters" / "vllm" / "mtp").mkdir(parents=True)
     (tmp_path / "models" / "embedded").mkdir(parents=True)
     assert pipeline.missing_local_folders(study) == ""
+
+
+def test_a_missing_nvfp4_target_is_named_with_its_exporter(tmp_path, monkeypatch):
+    # notebook 03's NVFP4 arm on vLLM serves build/nvfp4-target (git-ignored), which
+    # `specrepro export-nvfp4` writes; the BF16 and FP8 arms serve models/embedded
+    _, study = pipeline.study_for(ROOT / "params" / "h200-engines.yaml", "03_target_precision")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build" / "engine-drafters" / "vllm" / "dflash").mkdir(parents=True)
+    (tmp_path / "models" / "embedded").mkdir(parents=True)
+    note = pipeline.missing_local_folders(study)
+    assert "build/nvfp4-target (profile vllm-nvfp4-0.26-dflash-k7)" in note
+    assert "`specrepro export-nvfp4` writes build/nvfp4-target" in note
+    assert "export-drafters" not in note
+    (tmp_path / "build" / "nvfp4-target").mkdir()
+    assert pipeline.missing_local_folders(study) == ""

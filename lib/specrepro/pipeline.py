@@ -71,13 +71,16 @@ def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool):
 def missing_local_folders(study: ResolvedStudy) -> str:
     """Why stored cells may not match here: a model or drafter folder an arm names by a
     local path that does not exist (a cell's identity holds such a folder's fingerprint, so
-    without it no stored cell matches), with the command that writes the exported drafters."""
+    without it no stored cell matches), with the command that writes the exported drafters
+    or the NVFP4 target."""
     gone = missing_folders(study)
     if not gone:
         return ""
     listed = "; ".join(f"{path} (profile {prof})" for path, prof in gone.items())
     hint = (" `specrepro export-drafters` writes build/engine-drafters/ from models/embedded."
             if any(path.startswith("build/engine-drafters/") for path in gone) else "")
+    if "build/nvfp4-target" in gone:  # notebook 03's NVFP4 target on vLLM
+        hint += " `specrepro export-nvfp4` writes build/nvfp4-target from models/embedded."
     return (f". Note: these folders do not exist here, so the cells stored for them cannot "
             f"match: {listed}.{hint}")
 
