@@ -589,12 +589,14 @@ def test_the_h200_engines_article_b_arms():
                          "target-fp8": ("fp8", "models/embedded", None)}
     gates = studies["05_fp8_drafter_gates"]
     assert [a.resolved.speculative.quantization for a in gates.arms] == [None, "fp8"]
-    # the article's two speed gates as it declared them, then the acceptance substitute
+    # the article's two speed gates as it declared them, then the acceptance substitute and
+    # the token-identity substitute for the GSM8K gate (as h200-embedded declares it)
     assert [(g.metric, g.workload, g.concurrency, g.op, g.threshold, g.kind, g.reference_arm)
             for g in gates.gates] == [
         ("agg_tok_s", "essays", 1, ">=", 3.0, "relative_pct", "drafter-bf16"),
         ("agg_tok_s", "essays", 32, ">=", -2.0, "relative_pct", "drafter-bf16"),
-        ("acceptance_length", "gsm8k", 8, ">=", -5.0, "relative_pct", "drafter-bf16")]
+        ("acceptance_length", "gsm8k", 8, ">=", -5.0, "relative_pct", "drafter-bf16"),
+        ("identical_to_baseline", "gsm8k", 8, ">=", 0.9, "absolute", None)]
     assert {c.concurrency for c in gates.cells() if c.workload.name == "gsm8k"} == {8}
     cells = {nb: sum(1 for _ in st.cells()) for nb, st in studies.items()}
     assert cells == {"03_target_precision": 3 * (2 * 3 + 1 + 1),
