@@ -26,7 +26,8 @@ RULES: dict[str, tuple[str, ...]] = {
                            "specrepro.data"),
     # reaches engines over HTTP (the embedded one as a process), never their internals
     "specrepro.harness": ("specrepro.harness", "specrepro.params", "specrepro.results",
-                          "specrepro.workloads", "specrepro.grading", *SHARED),
+                          "specrepro.compaction", "specrepro.workloads", "specrepro.grading",
+                          *SHARED),
     # reads results tables only: never an engine, never the harness
     "specrepro.analysis": ("specrepro.analysis", "specrepro.params", "specrepro.results",
                            "specrepro.published", *SHARED),
@@ -37,6 +38,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "specrepro.params": ("specrepro.params", "specrepro.results", *SHARED),
     "specrepro.results": ("specrepro.results", "specrepro.store_sharing", *SHARED),
     "specrepro.store_sharing": (),
+    # a store made ready to commit: rewrites what results.py wrote
+    "specrepro.compaction": ("specrepro.compaction", "specrepro.results",
+                             "specrepro.store_sharing", *SHARED),
     "specrepro.workloads": ("specrepro.workloads", *SHARED),
     "specrepro.grading": ("specrepro.grading",),
     "specrepro.published": ("specrepro.published",),

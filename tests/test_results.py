@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from specrepro import results
+from specrepro import compaction, results
 from specrepro.identity import digest
 from specrepro.results import CELL_SCHEMA, REQUEST_SCHEMA, ResultsError, ResultStore
 
@@ -225,14 +225,27 @@ def test_a_killed_session_keeps_its_parts_loads_and_compacts(store: ResultStore)
     assert sum(killed in n for n in files(later, "cells")) == 4
     after_later = snapshot(later.root)
     assert after_later[0].height == 5
-    assert results.compact(later.root.parents[1]) == {later.root: {"requests": 4, "cells": 4, "upgraded": 0}}
-    want = sorted(f"session-{s}.parquet" for s in (killed, later.session_id))
-    assert files(later, "cells") == want and files(later, "requests") == want
+    # the killed session's 4 parts merged into its file, then both sessions' files folded
+    # into one per table (2 files of each table)
+    assert compaction.compact(later.root.parents[1]) == {later.root: {
+        "requests": 4, "cells": 4, "upgraded": 0, "folded": 4, "logs_packed": 0}}
+    assert files(later, "cells") == ["session-all.parquet"] == files(later, "requests")
     assert same(snapshot(later.root), after_later)
-    # merging again changes nothing, byte for byte
+    # compacting again changes nothing, byte for byte
     blobs = {p: p.read_bytes() for p in later.root.glob("*/*.parquet")}
-    assert later.compact() == {"requests": 0, "cells": 0, "upgraded": 0}
+    assert compaction.compact_store(later) == {"requests": 0, "cells": 0, "upgraded": 0, "folded": 0,
+                               "logs_packed": 0}
     assert {p: p.read_bytes() for p in later.root.glob("*/*.parquet")} == blobs
+    # a session after the fold: its own file, folded in by the next compact; attempts go on
+    third = ResultStore(later.root.parents[1], later.study, later.run_id)
+    third.begin_session()
+    highest = results.load_attempts(third.root).filter(pl.col("cell_id") == cid(4))["attempt"]
+    assert third.next_attempt(cid(4)) == highest.max() + 1  # read from the folded file
+    third.append_cell({"cell_id": cid(4), "status": "ok"}, requests_for(1, "newer"))
+    third.end_session()
+    assert compaction.compact_store(third)["folded"] == 2
+    assert files(third, "cells") == ["session-all.parquet"]
+    assert third.load_requests().filter(pl.col("cell_id") == cid(4))["text"].to_list() == ["newer"]
 
 
 def test_leftover_parts_beside_their_merged_file_count_once(store: ResultStore):
@@ -245,8 +258,9 @@ def test_leftover_parts_beside_their_merged_file_count_once(store: ResultStore):
     (store.cells_dir / f".session-{store.session_id}.parquet.x.tmp").write_bytes(b"half")
     assert same(snapshot(store.root), before)
     assert results.load_requests(store.root).height == 5  # no request twice
-    assert store.compact() == {"requests": 4, "cells": 4, "upgraded": 0}
-    assert files(store, "cells") == [f"session-{store.session_id}.parquet"]  # temp file gone
+    assert compaction.compact_store(store) == {"requests": 4, "cells": 4, "upgraded": 0, "folded": 2,
+                               "logs_packed": 0}
+    assert files(store, "cells") == ["session-all.parquet"]  # temp file gone
     assert same(snapshot(store.root), before)
 
 
@@ -261,9 +275,9 @@ def test_a_merge_that_would_lose_rows_keeps_the_parts(store: ResultStore, monkey
     # a part goes only once its rows are in the merged file: the others are all still there
     assert len(files(store, "cells")) == 4 and len(files(store, "requests")) > 1
     assert same(snapshot(store.root), before)
-    store.compact()
+    compaction.compact_store(store)
     assert same(snapshot(store.root), before)
-    assert files(store, "cells") == [f"session-{store.session_id}.parquet"]
+    assert files(store, "cells") == ["session-all.parquet"]  # merged, then folded
 
 
 def test_an_old_store_of_attempt_parts_loads_and_compacts_by_session(tmp_path: Path):
@@ -278,23 +292,29 @@ def test_an_old_store_of_attempt_parts_loads_and_compacts_by_session(tmp_path: P
     assert files(old, "cells") == [f"{cid(1)}-a001.parquet", f"{cid(2)}-a001.parquet"]
     before = snapshot(tmp_path)
     assert before[1].height == 2 and before[2].height == 3
-    results.compact(tmp_path)
-    assert files(old, "cells") == [f"session-{session}.parquet", "session-unknown.parquet"]
-    assert same(snapshot(tmp_path), before)
+    compaction.compact(tmp_path)
+    assert files(old, "cells") == ["session-all.parquet"]  # by session, then folded
+    # each row names the session it went to: the one running when it started, or none
+    by = dict(results.load_attempts(tmp_path).select("cell_id", "session_id").rows())
+    assert by == {cid(1): session, cid(2): None}
+    # and nothing else changed: the same rows, the session named where it was found
+    after = snapshot(tmp_path)
+    assert same(tuple(d.drop("session_id", strict=False) for d in after),
+                tuple(d.drop("session_id", strict=False) for d in before))
     assert ResultStore(tmp_path, "07_the_bill", "default").next_attempt(cid(2)) == 2
 
 
 def test_compact_command(store: ResultStore, capsys):
     fill(store)
     results_dir = store.root.parents[1]
-    assert results.main([str(results_dir)]) == 0
+    assert compaction.main([str(results_dir)]) == 0
     out = capsys.readouterr().out
     assert "merged 4 cells and 4 requests parts; now 1 cells and 1 requests files" in out
-    assert results.main([str(results_dir / "nowhere")]) == 2
+    assert compaction.main([str(results_dir / "nowhere")]) == 2
     assert "no such directory" in capsys.readouterr().err
     from specrepro.cli import SUBCOMMANDS
 
-    assert SUBCOMMANDS["compact"][0] == "specrepro.results"
+    assert SUBCOMMANDS["compact"][0] == "specrepro.compaction"
 
 
 def test_a_legacy_requests_file_reads_as_chunks_and_compact_rewrites_it(tmp_path):
@@ -315,10 +335,32 @@ def test_a_legacy_requests_file_reads_as_chunks_and_compact_rewrites_it(tmp_path
     read = store.load_requests().sort("request_idx")
     assert read["chunk_gap_us"].to_list() == [[250_000, 24_691, 3_100], [500_000, 8_000]]
     assert read["chunk_tokens"].to_list() == [[3, 2, 1], [1, 2]]
-    assert store.compact()["upgraded"] == 1
+    assert compaction.compact_store(store)["upgraded"] == 1
+    f = store.requests_dir / "session-all.parquet"  # folded in after the rewrite
     assert "itl_s" not in pl.read_parquet(f).columns
     assert store.load_requests().equals(read)  # the same rows before and after
     for row, gaps in zip(read.iter_rows(named=True), legacy_gaps):
         assert token_gaps_s(row["chunk_gap_us"], row["chunk_tokens"]) == pytest.approx(
             gaps, abs=1e-6)
-    assert store.compact()["upgraded"] == 0  # once
+    assert compaction.compact_store(store)["upgraded"] == 0  # once
+
+
+def test_engine_logs_are_gzipped_one_member_per_launch(tmp_path: Path):
+    """A launch's plain log becomes one more gzip member of <name>.log.gz; zcat (gzip's
+    own reader) reads every launch's lines in order; compact packs a plain log a killed
+    session left."""
+    import gzip
+
+    store = ResultStore(tmp_path, "07_the_bill", "r")
+    store.begin_session()
+    log = store.logs_dir / "none--vllm.log"
+    log.write_text("first launch\n")
+    assert compaction.pack_log(log) == store.logs_dir / "none--vllm.log.gz" and not log.exists()
+    log.write_text("second launch\n")  # a later launch: a plain log again while it runs
+    compaction.pack_log(log)
+    compaction.append_log(tmp_path / "other" / "none--vllm.log", "copied\n")
+    log.write_text("killed\n")
+    assert compaction.compact_store(store)["logs_packed"] == 1
+    text = gzip.decompress((store.logs_dir / "none--vllm.log.gz").read_bytes()).decode()
+    assert text == "first launch\nsecond launch\nkilled\n"
+    assert gzip.decompress((tmp_path / "other" / "none--vllm.log.gz").read_bytes()) == b"copied\n"

@@ -4,6 +4,7 @@ during one), the archive rewritten after each cell and a resume from it, bad fla
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -666,8 +667,12 @@ def test_studies_whose_arms_share_a_profile_share_one_engine_start(
     assert head["shared_launch"]["arm"] == "mtp" and head["ready_s"] == mtp["ready_s"]
     assert head["profile_hash"] == mtp["profile_hash"] and "shared_launch" not in elsewhere
     copy = Path(head["log"])
-    assert copy == two.logs_dir / "head--tiny-mtp.log" and copy.is_file()  # its own arm's name
-    assert copy.read_text() == Path(mtp["log"]).read_text()  # this launch's lines, whole
+    assert copy == two.logs_dir / "head--tiny-mtp.log.gz" and copy.is_file()  # its own name
+    original = Path(mtp["log"])
+    assert original == one.logs_dir / "mtp--tiny-mtp.log.gz"  # gzipped once it stopped
+    assert not list(one.logs_dir.glob("*.log")) and not list(two.logs_dir.glob("*.log"))
+    text = gzip.decompress(original.read_bytes()).decode()
+    assert "tiny" in text and gzip.decompress(copy.read_bytes()).decode() == text
     # the groups: by resolved profile, each study's baseline first, order of first sight
     ctxs = [runner._Run(st, store, None, 0.2, 60.0, [], set(), None, None,
                         {a.name for a in st.arms}, [], []) for st, store in stores]

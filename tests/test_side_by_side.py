@@ -189,9 +189,9 @@ def test_the_side_by_side_script_runs_every_arm_into_one_store(tmp_path, monkeyp
     assert sorted(cells["arm"].to_list()) == sorted(keep)
     manifest = json.loads((root / "manifest.json").read_text())
     assert sorted(s["arms_run"][0] for s in manifest["sessions"]) == sorted(keep)
-    assert {f.name for f in (root / "logs").glob("*--*.log")} == {
-        "none--embedded-none.log", "dflash-k4--embedded-dflash.log",
-        "ngram-k3--embedded-ngram.log"}
+    assert {f.name for f in (root / "logs").glob("*--*.log.gz")} == {  # gzipped when stopped
+        "none--embedded-none.log.gz", "dflash-k4--embedded-dflash.log.gz",
+        "ngram-k3--embedded-ngram.log.gz"}
     with tarfile.open(tmp_path / "a.tar.gz") as tar:  # the final archive: the whole store
         merged = [n for n in tar.getnames() if "/cells/session-" in n]
     assert len(merged) == 3
@@ -201,7 +201,7 @@ def test_a_reader_meets_a_part_another_session_merges_away_and_reads_again(tmp_p
                                                                              monkeypatch):
     """A part listed, then merged into its session file and deleted by its own session
     before it is read: the read is taken again and finds the rows in the merged file."""
-    from specrepro import results
+    from specrepro import compaction, results
 
     store = ResultStore(tmp_path, "st", "r")
     store.begin_session({})
@@ -225,7 +225,7 @@ def test_repeated_session_params_are_stored_once_and_read_whole(tmp_path):
     """Arms side by side make one session each with the same resolved study: the manifest
     keeps it once; reading gives every session its params; old manifests are compacted
     losslessly."""
-    from specrepro import results
+    from specrepro import compaction, results
 
     params = {"arms": [{"name": "a", "profile": {"flags": {"x": 1}}}], "n": 32}
     store = ResultStore(tmp_path, "st", "r")
@@ -249,4 +249,5 @@ def test_repeated_session_params_are_stored_once_and_read_whole(tmp_path):
     before = store.manifest()
     assert store.dedupe_manifest() == 1
     assert store.manifest() == before
-    assert results.compact(tmp_path) == {tmp_path / "st" / "r": {"requests": 0, "cells": 0, "upgraded": 0}}
+    assert compaction.compact(tmp_path) == {tmp_path / "st" / "r": {
+        "requests": 0, "cells": 0, "upgraded": 0, "folded": 0, "logs_packed": 0}}

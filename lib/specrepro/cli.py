@@ -16,7 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("specrepro.harness.run_command", "run a study (params/*.yaml) against an engine"),
     "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
     "check": ("specrepro.params.cli", "validate a params file (suite, study or profile)"),
-    "compact": ("specrepro.results", "merge a results store's part files, one file per session"),
+    "compact": ("specrepro.compaction", "merge a results store's part files, one file per session"),
     "export-drafters": ("specrepro.embedded.export", "write the drafters in the layouts vLLM and SGLang load"),
     "export-nvfp4": ("specrepro.embedded.export_nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),
 }

@@ -6,7 +6,10 @@ Design (docs/architecture.md "Contract: results"):
   session (one `specrepro run` or measuring notebook), one merged file
   `session-<session_id>.parquet`, plus, while a session runs (or after one was killed), one
   part file per attempt, `<cell_id>-a<attempt>--<session_id>.parquet` (stores written before
-  sessions merged: `<cell_id>-a<attempt>.parquet`, still read).
+  sessions merged: `<cell_id>-a<attempt>.parquet`, still read). `specrepro compact` folds the
+  merged files into one `session-all.parquet` per table before a store is committed. An
+  engine's log, `logs/<arm>--<profile>.log` while it runs, is gzipped when it stops
+  (`<arm>--<profile>.log.gz`, one gzip member per launch: `zcat` reads them all).
 - A **cell** is one arm x workload x concurrency x sampling x repeat; its `cell_id`
   (`specrepro.identity.cell_id`) hashes everything that defines it, so a changed parameter
   is a new cell, measured anew. An **attempt** (cell_id, attempt number) is written once and
@@ -37,13 +40,11 @@ Design (docs/architecture.md "Contract: results"):
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import math
 import os
 import re
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
@@ -54,7 +55,7 @@ import polars as pl
 
 # the manifest stores params objects as the cell ids hash them (pydantic in JSON mode)
 from specrepro.identity import jsonable
-from specrepro.metrics import chunks_from_gaps, token_gaps_s
+from specrepro.metrics import chunks_from_gaps
 from specrepro.provenance import git_state, gpu_info, host_info, package_versions
 
 # settled is re-exported: an archive takes it from here (harness/deadline.py)
@@ -73,6 +74,7 @@ _S, _I, _F, _B, _UTC = pl.String, pl.Int64, pl.Float64, pl.Boolean, pl.Datetime(
 CELL_SCHEMA: dict[str, pl.DataType] = {
     "study": _S, "run_id": _S, "cell_id": _S, "attempt": _I, "status": _S, "error": _S,
     "started_at": _UTC, "ended_at": _UTC,
+    "session_id": _S,  # the manifest session that measured it (null: written before sessions)
     "arm": _S, "profile": _S, "engine": _S, "engine_version": _S, "method": _S,
     "num_speculative_tokens": _I,
     "schedule": _S,  # the draft schedule as JSON ([[lo, hi, k], ...]) or null
@@ -108,7 +110,8 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 # Columns added after stores were written: a file without one reads it as null.
-ADDED_COLUMNS = {"itl_request_mean_ms"}  # issue 16: the peers' inter-token latency
+ADDED_COLUMNS = {"itl_request_mean_ms",  # issue 16: the peers' inter-token latency
+                 "session_id"}  # 2026-12-02: files named it before rows did (_session_named)
 
 # Columns a row must give; every other column defaults to null ([] for warnings).
 CELL_REQUIRED = ("cell_id", "attempt", "status")
@@ -121,7 +124,8 @@ DEFAULTS: dict[str, Any] = {"warnings": []}
 _SESSION = r"\d{8}T\d{6}Z-[0-9a-f]{6}"
 _PART = re.compile(
     rf"^(?P<cell>[0-9a-f]{{16}})-a(?P<attempt>\d+)(?:--(?P<session>{_SESSION}))?\.parquet$")
-_MERGED = re.compile(rf"^session-(?P<session>{_SESSION}|unknown)\.parquet$")
+_MERGED = re.compile(rf"^session-(?P<session>{_SESSION}|unknown|all)\.parquet$")
+ALL_SESSIONS = "session-all.parquet"  # compact folds every merged session file into it
 UNKNOWN_SESSION = "unknown"
 # What keys a row: an attempt is written once, so a key read twice is the same row.
 KEYS = {"cells": ["cell_id", "attempt"], "requests": ["cell_id", "attempt", "request_idx"]}
@@ -216,7 +220,8 @@ def _fsync(path: Path) -> None:
 
 # zstd at 19, not polars' 3: the requests' timing and token ids are most of a committed
 # store, and 19 writes a whole session's requests (144,000 chunk gaps) in 0.16 s at 75 % of
-# level 3's bytes
+# level 3's bytes. No column statistics: nothing here filters on them, and for a file of a
+# few cells they are a quarter of its bytes
 PARQUET_ZSTD_LEVEL = 19
 
 
@@ -225,7 +230,7 @@ def _temp_parquet(df: pl.DataFrame, folder: Path, name: str) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
-        df.write_parquet(tmp, compression_level=PARQUET_ZSTD_LEVEL)
+        df.write_parquet(tmp, compression_level=PARQUET_ZSTD_LEVEL, statistics=False)
         _fsync(Path(tmp))
     except BaseException:
         os.unlink(tmp)
@@ -269,11 +274,24 @@ def _read(files: Iterable[Path], table: str) -> pl.DataFrame:
     """The rows of these files, each key once (a merged file and leftover parts of the same
     session hold the same rows), in the schema's column order."""
     schema = CELL_SCHEMA if table == "cells" else REQUEST_SCHEMA
-    frames = [_with_added(pl.read_parquet(f), schema).select(list(schema)) for f in files]
+    frames = [_session_named(_with_added(pl.read_parquet(f), schema), f).select(list(schema))
+              for f in files]
     if not frames:
         return empty(schema)
     keys = KEYS[table] if table == "requests" else ["study", "run_id", *KEYS[table]]
     return pl.concat(frames, how="vertical").unique(keys, keep="first", maintain_order=True)
+
+
+def _session_named(df: pl.DataFrame, f: Path) -> pl.DataFrame:
+    """Cells rows written before rows named their session take it from their file's name
+    (`session-<id>.parquet`, `<cell>-a<n>--<id>.parquet`), so folding files keeps it."""
+    if "session_id" not in df.columns or not df["session_id"].is_null().any():
+        return df
+    m = _MERGED.match(f.name) or _PART.match(f.name)
+    session = m["session"] if m else None
+    if session in (None, UNKNOWN_SESSION, "all"):
+        return df
+    return df.with_columns(pl.col("session_id").fill_null(pl.lit(session)))
 
 
 def _with_added(df: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
@@ -297,12 +315,6 @@ def _chunks_of_legacy(df: pl.DataFrame) -> pl.DataFrame:
     return df.drop(LEGACY_ITL).with_columns(
         pl.Series("chunk_gap_us", [p[0] for p in pairs], pl.List(pl.Int32)),
         pl.Series("chunk_tokens", [p[1] for p in pairs], pl.List(pl.Int32)))
-
-
-def _per_token(chunk_tokens: list[int]) -> list[int]:
-    """Each token's chunk size (the first chunk's first token excluded: it has no gap)."""
-    out = [m for m in chunk_tokens for _ in range(m)]
-    return out[1:]
 
 
 @vanishing_parts_retried
@@ -491,6 +503,7 @@ class ResultStore:
         row.setdefault("attempt", self.next_attempt(cid))
         row.setdefault("study", self.study)
         row.setdefault("run_id", self.run_id)
+        row.setdefault("session_id", self.session_id)
         if (row["study"], row["run_id"]) != (self.study, self.run_id):
             raise ResultsError(f"{self.root}: cell {cid}: row names study/run "
                                f"{row['study']}/{row['run_id']}, store is {self.study}/"
@@ -538,44 +551,6 @@ class ResultStore:
         if self.session_id is None:
             raise ResultsError(f"{self.root}: no session begun (call begin_session first)")
         return self._merge({self.session_id})
-
-    def compact(self) -> dict[str, int]:
-        """Every part of this run into its session's merged file (killed sessions, old
-        stores), the manifest with each repeated session params stored once, and legacy
-        requests files with chunks (`upgrade_requests`); parts merged per table and
-        `upgraded`: the requests files rewritten."""
-        done = self._merge(None)
-        self.dedupe_manifest()
-        done["upgraded"] = self.upgrade_requests()
-        return done
-
-    def upgrade_requests(self) -> int:
-        """Rewrite each merged requests file that still stores per-token gaps as the chunks
-        they came from (`_chunks_of_legacy`), once the gaps read back from the chunks
-        (metrics.token_gaps_s) match the stored ones to the microsecond, row by row; a
-        file that does not match is kept as it is and named. Returns the files rewritten."""
-        if not self.requests_dir.is_dir():
-            return 0
-        n = 0
-        with locked(self.requests_dir):
-            for f in sorted(self.requests_dir.glob("session-*.parquet")):
-                old = pl.read_parquet(f)
-                if LEGACY_ITL not in old.columns:
-                    continue
-                new = _read([f], "requests")
-                for key, gaps, (at, m) in zip(
-                        old.select(KEYS["requests"]).rows(), old[LEGACY_ITL].to_list(),
-                        new.select("chunk_gap_us", "chunk_tokens").rows(), strict=True):
-                    back = token_gaps_s(at, m)
-                    gaps = gaps or []
-                    if len(back) != len(gaps) or any(abs(a - b) * (m_i or 1) > 1.5e-6 for
-                                                     a, b, m_i in zip(back, gaps, _per_token(m))):
-                        raise ResultsError(f"{f}: request {key}: the chunks do not give back "
-                                           "its stored gaps to the microsecond; file kept")
-                os.replace(_temp_parquet(new.sort(KEYS["requests"]), f.parent, f.name), f)
-                _fsync(f.parent)
-                n += 1
-        return n
 
     def dedupe_manifest(self) -> int:
         """Rewrite manifest.json with every session's params that equal an earlier
@@ -662,35 +637,3 @@ def _merge_parts(target: Path, parts: list[Path], table: str) -> None:
                                "the part is kept")
         part.unlink()
     _fsync(target.parent)
-
-
-def compact(path: Path | str) -> dict[Path, dict[str, int]]:
-    """Merge the parts of every run folder at or under path (a results dir, a study, a run)
-    into one file per session and table (ResultStore.compact). Returns {run folder: {table:
-    parts merged, "upgraded": legacy requests files rewritten}}."""
-    root = Path(path)
-    runs = sorted({f.parent.parent for t in KEYS for f in _files(root, t)}
-                  | {m.parent for m in root.glob("**/manifest.json")})
-    return {run: ResultStore(run.parent.parent, run.parent.name, run.name).compact()
-            for run in runs}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`specrepro compact DIR...`: merge per-attempt parts into per-session files."""
-    ap = argparse.ArgumentParser(prog="specrepro compact", description=main.__doc__)
-    ap.add_argument("dirs", nargs="+", type=Path,
-                    help="a results dir (results/default), a study's folder or one run's")
-    args = ap.parse_args(argv)
-    missing = [str(d) for d in args.dirs if not d.is_dir()]
-    if missing:
-        print(f"specrepro compact: no such directory: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    for d in args.dirs:
-        for run, merged in compact(d).items():
-            files = {t: len(list((run / t).glob("session-*.parquet"))) for t in KEYS}
-            print(f"{run}: merged {merged.get('cells', 0)} cells and "
-                  f"{merged.get('requests', 0)} requests parts; now {files['cells']} cells "
-                  f"and {files['requests']} requests files"
-                  + (f"; {merged['upgraded']} requests files rewritten from per-token gaps "
-                     "to chunks" if merged.get("upgraded") else ""))
-    return 0

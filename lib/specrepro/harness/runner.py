@@ -70,6 +70,7 @@ from typing import Any
 from tqdm import tqdm
 
 from specrepro import identity
+from specrepro.compaction import append_log, pack_log
 from specrepro.harness import engines, power, process, promtext
 from specrepro.harness.cells import (
     baseline_requests,
@@ -278,7 +279,8 @@ def died_message(eng: ArmEngine, records: Sequence[RequestRecord]) -> str:
     first = f"; first request error: {errors[0]}" if errors else ""
     where = ""
     if eng.handle is not None and eng.handle.log_path is not None:
-        where = f"; log {eng.handle.log_path}, last lines:\n{eng.handle.log_tail()}"
+        where = (f"; log {eng.handle.log_path} (gzipped when the engine stops), last "
+                 f"lines:\n{eng.handle.log_tail()}")
     return (f"engine of arm {eng.arm.name!r} ({eng.profile.name}) died during the cell: "
             f"{len(errors)} of {len(records)} requests failed{first}{where}")
 
@@ -494,6 +496,9 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
             eng = start_engine(arm0, first.store.logs_dir, root,
                                placement_for(arm0, first.study.placement, cpus))
     except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
+        failed_log = first.store.logs_dir / f"{arm0.name}--{arm0.resolved.name}.log"
+        if failed_log.is_file():  # its tail is in the error; the whole log stays, gzipped
+            pack_log(failed_log)
         for ctx, arm, cells in todo:
             ctx.summary.errors.append(f"arm {arm.name!r}: {err}")
             ctx.store.update_session(engines=[{"arm": arm.name, "profile": arm.resolved.name,
@@ -509,15 +514,18 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
     pinned = eng.placement is not None and eng.placement.pinned
     saved: dict[int, set[int]] = {}
     copies: list[Path] = []
+    log = eng.handle.log_path if launched and eng.handle.log_path is not None else None
     try:
         if pinned:  # the load generator off the engine's CPUs for the arm's cells
             saved = process.pin_process(eng.placement.client_cpus)
         for i, (ctx, arm, cells) in enumerate(todo):
             view = eng if i == 0 else dataclasses.replace(eng, arm=arm)
             entry = {**view.describe(), "ready_s": ready_s}
-            if i and eng.handle is not None and eng.handle.log_path is not None:
+            if log is not None:  # gzipped once the engine stops (compaction.pack_log)
+                entry["log"] = f"{log}.gz"
+            if i and log is not None:
                 copies.append(ctx.store.logs_dir / f"{arm.name}--{arm.resolved.name}.log")
-                entry.update(log=str(copies[-1]), shared_launch={
+                entry.update(log=f"{copies[-1]}.gz", shared_launch={
                     "study": first.study.name, "arm": arm0.name,
                     "note": "one engine start served both arms (same resolved profile)"})
             ctx.versions[arm.name] = view.version
@@ -540,11 +548,11 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
         eng.stop()
         if pinned:
             process.restore(saved, cpus)
-        text = eng.handle.log_text() if copies else ""
-        for path in copies:  # each store keeps the log of every engine its cells ran on
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as fh:
-                fh.write(text)
+        if log is not None and log.is_file():
+            text = eng.handle.log_text()
+            for path in copies:  # each store keeps the log of every engine its cells ran on
+                append_log(path, text)
+            pack_log(log)
 
 
 def run_arm(ctx: _Run, eng: ArmEngine, cells: Sequence[Cell]) -> None:
