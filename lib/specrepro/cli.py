@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("specrepro.embedded.serve", "start the embedded OpenAI-compatible engine"),
     "train": ("specrepro.embedded.training.cli", "train the embedded target and drafters from a seed"),
     "run": ("specrepro.harness.run_command", "run a study (params/*.yaml) against an engine"),
+    "profile": ("specrepro.harness.profile_command", "trace one arm's engine under a short load: where its time goes"),
     "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
     "check": ("specrepro.params.cli", "validate a params file (suite, study or profile)"),
     "compact": ("specrepro.compaction", "merge a results store's part files, one file per session"),

@@ -213,6 +213,11 @@ SERVER_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                                                   help="add metrics.speculative_decoding to "
                                                        "responses")),
     (("--default-chat-template-kwargs",), dict(type=json_object, default=None)),
+    (("--profile-dir",), dict(default=None,
+                              help="where POST /start_profile and /stop_profile write a "
+                                   "torch.profiler trace of the engine thread (Chrome JSON), "
+                                   "as vLLM's --profiler-config torch_profiler_dir; the two "
+                                   "endpoints exist only with it")),
 )
 
 

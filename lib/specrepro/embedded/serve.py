@@ -145,10 +145,44 @@ class EngineLoop:
                 self._add(*cmd[1:])
             elif cmd[0] == "abort":
                 self._abort(cmd[1], "abort")
+            elif cmd[0] == "profile":
+                self._profile(*cmd[1:])
             try:
                 cmd = self.inbox.get_nowait()
             except queue.Empty:
                 return True
+
+    def _profile(self, action: str, out_dir: str, fut) -> None:
+        """torch.profiler around the engine's steps, started and stopped on this thread
+        (the one that steps the engine: the profiler's CPU ops are its thread's); stop
+        writes `embedded-<time>.pt.trace.json` in out_dir and answers its path."""
+        import torch
+
+        try:
+            if action == "start":
+                if getattr(self, "profiler", None) is not None:
+                    raise RuntimeError("a profile is already running: POST /stop_profile first")
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                if torch.cuda.is_available():
+                    activities.append(torch.profiler.ProfilerActivity.CUDA)
+                self.profiler = torch.profiler.profile(activities=activities)
+                self.profiler.__enter__()
+                fut.set_result(None)
+                return
+            prof, self.profiler = getattr(self, "profiler", None), None
+            if prof is None:
+                raise RuntimeError("no profile is running: POST /start_profile first")
+            prof.__exit__(None, None, None)
+            path = f"{out_dir}/embedded-{time.strftime('%Y%m%dT%H%M%S')}.pt.trace.json"
+            prof.export_chrome_trace(path)
+            fut.set_result(path)
+        except Exception as exc:  # noqa: BLE001 - the handler answers it
+            fut.set_exception(exc)
+
+    def profile(self, action: str, out_dir: str) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self.inbox.put(("profile", action, out_dir, fut))
+        return fut
 
     def _add(self, engine_request, tracked: _Tracked, fut) -> None:
         try:
@@ -249,7 +283,8 @@ class Server:
     """aiohttp handlers over one engine loop."""
 
     def __init__(self, engine, model_name: str, model_path: str, max_model_len: int,
-                 spec_tokens: int | None, default_chat_template_kwargs: dict | None = None):
+                 spec_tokens: int | None, default_chat_template_kwargs: dict | None = None,
+                 profile_dir: str | None = None):
         self.engine, self.model_name, self.model_path = engine, model_name, model_path
         self.max_model_len, self.spec_tokens = max_model_len, spec_tokens
         self.default_chat_template_kwargs = default_chat_template_kwargs or {}
@@ -257,6 +292,7 @@ class Server:
         self.metrics = ServerMetrics(engine, model_name, _cache_info(engine, max_model_len))
         self.loop_thread = EngineLoop(engine, self.metrics)
         self.created = int(time.time())
+        self.profile_dir = profile_dir
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -266,6 +302,9 @@ class Server:
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        if self.profile_dir:  # as vLLM: the profiler's endpoints only where it is configured
+            app.router.add_post("/start_profile", self.start_profile)
+            app.router.add_post("/stop_profile", self.stop_profile)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -292,6 +331,22 @@ class Server:
     async def prometheus(self, request: web.Request) -> web.Response:
         body = self.metrics.exposition()
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    async def start_profile(self, request: web.Request) -> web.Response:
+        return await self._profile("start")
+
+    async def stop_profile(self, request: web.Request) -> web.Response:
+        return await self._profile("stop")
+
+    async def _profile(self, action: str) -> web.Response:
+        try:
+            path = await asyncio.wrap_future(self.loop_thread.profile(action, self.profile_dir))
+        except RuntimeError as exc:
+            return web.json_response({"error": {"message": str(exc), "type": "BadRequestError",
+                                                "code": 400}}, status=400)
+        log.info("profiler %s%s", "started" if action == "start" else "stopped",
+                 f": trace {path}" if path else "")
+        return web.json_response({"trace": path})
 
     # -- generation ---------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -539,8 +594,13 @@ def main(argv: list[str] | None = None) -> int:
     spec = args.speculative_config or {}
     spec_tokens = (int(spec.get("num_speculative_tokens") or 0)
                    if args.per_request_spec_decode_metrics != "none" else None)
+    if args.profile_dir:
+        import os
+
+        os.makedirs(args.profile_dir, exist_ok=True)
     server = Server(engine, args.served_model_name or args.model, args.model,
-                    args.max_model_len, spec_tokens, args.default_chat_template_kwargs)
+                    args.max_model_len, spec_tokens, args.default_chat_template_kwargs,
+                    args.profile_dir)
 
     async def run() -> None:
         stop = asyncio.Event()

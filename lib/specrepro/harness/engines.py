@@ -152,6 +152,10 @@ class EngineAdapter:
     kind: ClassVar[str]
     log_facts: ClassVar[tuple[LogFact, ...]] = VLLM_LOG
     threads_flag: ClassVar[str | None] = None  # the engine's CPU-threads flag, if it has one
+    # How the engine writes torch.profiler traces to a folder, between POST /start_profile
+    # and POST /stop_profile (harness/profiling.py): the flags and environment that turn it
+    # on, "{dir}" standing for the folder. Empty: this harness cannot turn one on.
+    profiling: ClassVar[dict[str, dict]] = {}
 
     def flag_list(self, profile: Profile) -> tuple[dict, str]:
         """The generated flag list the profile's argv is checked against, and its name: the
@@ -166,6 +170,22 @@ class EngineAdapter:
     def cpu_threads(self, profile: Profile) -> int | None:
         """The CPU threads the engine computes with (None: as many CPUs as it is given)."""
         return None
+
+    def profiled(self, profile: Profile, out_dir: str | Path) -> Profile:
+        """The profile with its engine's profiler turned on, writing to out_dir."""
+        if not self.profiling:
+            raise EngineError(f"profile {profile.name!r}: engine {profile.engine!r} has no "
+                              "profiler this harness can turn on (EngineAdapter.profiling)")
+        where = str(Path(out_dir).resolve())
+
+        def fill(value):
+            if isinstance(value, dict):
+                return {k: fill(v) for k, v in value.items()}
+            return value.replace("{dir}", where) if isinstance(value, str) else value
+
+        return profile.model_copy(update={
+            "flags": {**profile.flags, **fill(self.profiling.get("flags", {}))},
+            "env": {**profile.env, **fill(self.profiling.get("env", {}))}})
 
     # -- argv
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
@@ -326,6 +346,11 @@ class VLLMAdapter(EngineAdapter):
                 "--spec-model": "speculative", "--spec-tokens": "speculative"}
     # Methods that read a separate checkpoint: the profile's drafter.
     drafter_methods = ("dflash", "draft_model", "eagle", "eagle3", "dspark")
+    # --profiler-config (vllm/config/profiler.py: `profiler` "torch" and an absolute
+    # `torch_profiler_dir`; it is left out of the compile cache's hash); the worker's trace
+    # holds CPU and GPU events, the front end's a CPU trace of its own
+    profiling: ClassVar[dict[str, dict]] = {
+        "flags": {"profiler-config": {"profiler": "torch", "torch_profiler_dir": "{dir}"}}}
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
         accepted, what = self.flag_list(profile)
@@ -396,6 +421,7 @@ class EmbeddedAdapter(VLLMAdapter):
     kind = "embedded"
     what = "the embedded engine"
     threads_flag = "--threads"
+    profiling: ClassVar[dict[str, dict]] = {"flags": {"profile-dir": "{dir}"}}
 
     def cpu_threads(self, profile: Profile) -> int | None:
         """The profile's `threads`, else the server's own default: 1 on the CPU device
@@ -443,6 +469,8 @@ class SGLangAdapter(EngineAdapter):
     cli = "sglang-0.5.23"
     what = "SGLang 0.5.23"
     log_facts = SGLANG_LOG  # readiness and version: ROUTES["sglang"]
+    # SGLANG_TORCH_PROFILER_DIR: where /start_profile's torch profiler writes by default
+    profiling: ClassVar[dict[str, dict]] = {"env": {"SGLANG_TORCH_PROFILER_DIR": "{dir}"}}
     # vLLM method → SGLang algorithm. NEXTN is SGLang's name for MTP (an EAGLE alias).
     ALGORITHMS: ClassVar[dict[str, str]] = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "dflash": "DFLASH",
                   "draft_model": "STANDALONE", "ngram": "NGRAM", "dspark": "DSPARK"}
