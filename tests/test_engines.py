@@ -241,6 +241,23 @@ def test_startup_log_parsing():
     assert parse_vllm_log("nothing here").kv_pool_tokens is None
 
 
+def test_the_targets_precision_kernels_are_read_from_vllms_log():
+    """Notebook 03: which FP8 and NVFP4 GEMMs vLLM chose, and the Marlin fallback Hopper
+    takes for NVFP4 (lines as vLLM logs print them; the kernels record keeps them)."""
+    text = (
+        "(EngineCore pid=230) INFO [fp8.py:101] Selected CutlassFP8ScaledMMLinearKernel for "
+        "Fp8LinearMethod\n"
+        "(EngineCore pid=230) WARNING [marlin_utils_fp4.py:137] Your GPU does not have native "
+        "support for FP4 computation but FP4 quantization is being used. Weight-only FP4 "
+        "compression will be used leveraging the Marlin kernel. This may degrade performance "
+        "for compute-heavy workloads.\n")
+    kernels = parse_vllm_log(text).kernels
+    assert kernels["fp8_linear"] == "CutlassFP8ScaledMMLinearKernel"
+    assert kernels["fp4_marlin"].endswith("leveraging the Marlin kernel")
+    native = parse_vllm_log("INFO Using FlashInferCutlassNvFp4LinearKernel for NVFP4 GEMM\n")
+    assert native.kernels == {"fp4_gemm": "FlashInferCutlassNvFp4LinearKernel"}
+
+
 def test_vllm_0_26_startup_log_fixture():
     """0.26.0 prints the KV pool and the concurrency on two lines (kv_cache_utils.py:2177,
     :2178), 0.33.0 on one; the backend and kernels are lines of their own."""

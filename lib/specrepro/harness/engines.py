@@ -116,6 +116,15 @@ VLLM_LOG = (
     LogFact("kernels.cuda_graphs", r"(Cudagraph is disabled under eager mode)"),  # config/vllm.py:1392
     LogFact("kernels.cuda_graphs",  # v1/worker/gpu_model_runner.py:6845
             r"Graph capturing finished in (\d+ secs, took [\d.]+ GiB)"),
+    # the target's precision as the engine runs it (notebook 03): the FP8 GEMM kernel it
+    # chose ("Selected CutlassFP8ScaledMMLinearKernel for Fp8LinearMethod"), the NVFP4 GEMM
+    # ("Using FlashInferCutlassNvFp4LinearKernel for NVFP4 GEMM") and the Marlin fallback
+    # a GPU without FP4 tensor cores (Hopper) takes: article B's "zero Marlin" check turned
+    # around. Lines as vLLM 0.2x logs print them elsewhere; no 0.26.0 log of ours has them yet
+    LogFact("kernels.fp8_linear", r"Selected (\w+ScaledMMLinearKernel) for \w+"),
+    LogFact("kernels.fp4_gemm", r"Using (\w+) for NVFP4 GEMM"),
+    LogFact("kernels.fp4_marlin",
+            r"(Weight-only FP4 compression will be used leveraging the Marlin kernel)"),
 )
 # SGLang 0.5.14: the scheduler's capacity line (managers/scheduler.py:936) is printed after
 # any reset of max_running_requests, so the last wins; the rest is its server_args line.
