@@ -521,13 +521,24 @@ def test_h200_quantized_arms_render_their_precision_and_nothing_else(name, targe
     assert (p.model.id == "build/nvfp4-target") == name.startswith("vllm-nvfp4-")
 
 
-def test_the_h200_engines_suite_binds_all_but_04_on_vllm_026_and_its_studies():
+def test_the_h200_engines_suite_binds_every_notebook_and_its_studies():
     suite = params.load_suite(PARAMS / "h200-engines.yaml")
     assert suite.results_path == (ROOT / "results" / "h200-engines").resolve()
     studies = params.resolve_all(suite)
     assert list(studies) == ["01_drafter_block_sweep", "02_temperature_spread",
-                             "03_target_precision", "05_fp8_drafter_gates",
-                             "06_draft_schedule_under_load", "07_the_bill"]
+                             "03_target_precision", "04_engine_comparison",
+                             "05_fp8_drafter_gates", "06_draft_schedule_under_load",
+                             "07_the_bill"]
+    # 04: vLLM (engine A) against SGLang (engine B), the same block drafter at 7 drafts, each
+    # with its no-speculation row; the vLLM arms on other notebooks' profiles unchanged
+    st = studies.pop("04_engine_comparison")
+    assert {a.name: a.resolved.name for a in st.arms} == {
+        "engine-a-none": "vllm-0.26-none", "engine-a-spec": "vllm-0.26-dflash-k7",
+        "engine-b-none": "sglang-0.5.14-none", "engine-b-spec": "sglang-0.5.14-dflash-k7"}
+    spec = {a.name: a.resolved.speculative for a in st.arms if a.resolved.speculative}
+    assert {(s.method, s.num_speculative_tokens) for s in spec.values()} == {("dflash", 7)}
+    assert {a.resolved.api for a in st.arms} == {"openai"} and st.concurrency == [1, 8]
+    assert sum(1 for _ in st.cells()) == 4 * 3 * 3
     st = studies["01_drafter_block_sweep"]
     assert st.baseline == "mtp-k3"
     assert {a.name: a.resolved.name for a in st.arms} == {
