@@ -74,7 +74,8 @@ def test_04_has_no_h200_results_and_says_not_measured_never_a_number():
     cmp = compare("04_engine_comparison")
     by = {s.ref: s for s in cmp.substrates}
     assert by[ENGINES].status == by[EMBEDDED_H200].status == NOT_MEASURED
-    assert "does not bind 04_engine_comparison" in by[ENGINES].why
+    # bound on the real engines, measured on neither H200 suite yet
+    assert "no stored results for 04_engine_comparison" in by[ENGINES].why
     assert "no stored results" in by[EMBEDDED_H200].why
     frame = cmp.table().frame
     for col in frame.columns:
