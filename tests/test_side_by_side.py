@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import socket
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -251,3 +252,53 @@ def test_repeated_session_params_are_stored_once_and_read_whole(tmp_path):
     assert store.manifest() == before
     assert compaction.compact(tmp_path) == {tmp_path / "st" / "r": {
         "requests": 0, "cells": 0, "upgraded": 0, "folded": 0, "logs_packed": 0}}
+
+
+def test_the_gpu_measuring_script_checks_its_arguments_and_runs_a_study(tmp_path,
+                                                                        tiny_checkpoint):
+    """scripts/gpu_measure.sh: a missing argument, a suite that is not there, a deadline that
+    is not whole seconds and an unstaged bundle are one-line errors (exit 2); with an
+    environment script it runs the study into its store outside the working tree, whose
+    archive holds it."""
+    script = str(REPO / "scripts/gpu_measure.sh")
+
+    def run(*args, **env):
+        return subprocess.run(["bash", script, *args], capture_output=True, text=True,
+                              cwd=tmp_path, env={**os.environ, **env}, timeout=300)
+
+    out = run("only-one")
+    assert out.returncode == 2 and "usage:" in out.stderr
+    out = run("nowhere.yaml", "60", "a.tar.gz")
+    assert out.returncode == 2 and "no suite file nowhere.yaml" in out.stderr
+    study = tmp_path / "params" / "studies" / "tiny_study.yaml"
+    study.parent.mkdir(parents=True)
+    (tmp_path / "params" / "profiles").mkdir()
+    out = run(str(study.relative_to(tmp_path)), "1m", "a.tar.gz")
+    assert "no suite file" in out.stderr  # not written yet
+    study.write_text(yaml.safe_dump({
+        "name": "tiny_study", "notebook": "peer", "arms": [{"name": "none", "profile": "tiny"}],
+        "workloads": [{"name": "essays", "n": 2, "form": "completion", "max_tokens": 8}],
+        "concurrency": [1], "sampling": [{"temperature": 0.0}], "seed": 3}))
+    rel = str(study.relative_to(tmp_path))
+    out = run(rel, "1m", "a.tar.gz")
+    assert out.returncode == 2 and "DEADLINE_S must be whole seconds, got '1m'" in out.stderr
+    out = run(rel, "60", "a.tar.gz", SPECREPRO_GPU_ENV=str(tmp_path / "none.sh"))
+    assert out.returncode == 2 and "stage the vLLM bundle first" in out.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "params" / "profiles" / "tiny.yaml").write_text(yaml.safe_dump({
+        "engine": "embedded", "command": ["{python}", "-m", "specrepro.embedded.serve"],
+        "host": "127.0.0.1", "port": port,
+        "model": {"id": str(tiny_checkpoint), "revision": None, "served_name": "tiny"},
+        "flags": {"max-model-len": 512, "max-num-seqs": 2}, "env": {"OMP_NUM_THREADS": "1"},
+        "ready_timeout_s": 120}))
+    env_sh = tmp_path / "env.sh"  # what the bundle's env.sh does: its python first on PATH
+    env_sh.write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n'
+                      f'export PYTHONPATH="{REPO / "lib"}"\n')
+    out = run(rel, "120", str(tmp_path / "a.tar.gz"), SPECREPRO_GPU_ENV=str(env_sh),
+              SPECREPRO_GPU_RESULTS=str(tmp_path / "machine"), SPECREPRO_NO_EXPORT="1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert load_cells(tmp_path / "machine" / "tiny_study").height == 1
+    with tarfile.open(tmp_path / "a.tar.gz") as tar:
+        assert any(n.startswith("tiny_study/standalone/cells/") for n in tar.getnames())

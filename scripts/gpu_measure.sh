@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One measuring command on the borrowed offline H200 (README, "On the borrowed offline H200"),
+# after the engine bundles are staged:
+#
+#   bash scripts/gpu_measure.sh SUITE DEADLINE_S ARCHIVE [specrepro run options...]
+#   bash scripts/gpu_measure.sh params/h200-engines.yaml 520 $OUT/h200.tar.gz \
+#       --notebook 01_drafter_block_sweep --notebook 02_temperature_spread
+#
+# It runs under the vLLM bundle's environment (which holds polars for the results store;
+# SGLang profiles switch to their own bundle in their command), reads GSM8K from
+# .device/data (carried, git-ignored), keeps the store outside the working tree on the machine
+# (each command copies the checkout over the working tree again; the first one copies the
+# committed store there), exports the drafters once per machine, and writes the whole store
+# to ARCHIVE after every cell. Exit status: specrepro run's (75: the deadline left cells).
+set -uo pipefail
+if [ $# -lt 3 ]; then
+    echo "usage: $0 SUITE DEADLINE_S ARCHIVE [specrepro run options...]" >&2
+    exit 2
+fi
+suite=$1 deadline=$2 archive=$3
+shift 3
+[ -f "$suite" ] || { echo "$0: no suite file $suite" >&2; exit 2; }
+case $deadline in ''|*[!0-9]*) echo "$0: DEADLINE_S must be whole seconds, got '$deadline'" >&2; exit 2;; esac
+env_sh=${SPECREPRO_GPU_ENV:-/var/tmp/specrepro-gpu/vllm/site/env.sh}  # the bundle's
+[ -f "$env_sh" ] || { echo "$0: $env_sh missing: stage the vLLM bundle first" >&2; exit 2; }
+# shellcheck disable=SC1090
+. "$env_sh"
+export PYTHONPATH=$PWD/lib:${PYTHONPATH:-} SPECREPRO_DATA_DIR=$PWD/.device/data PYTHONUNBUFFERED=1
+name=$(basename "$suite" .yaml)
+store=${SPECREPRO_GPU_RESULTS:-/var/tmp/specrepro-results}/$name
+if [ ! -d "$store" ]; then
+    mkdir -p "$(dirname "$store")"
+    if [ -d "results/$name" ]; then cp -r "results/$name" "$store"; else mkdir -p "$store"; fi
+fi
+if [ ! -d build/engine-drafters ] && [ -z "${SPECREPRO_NO_EXPORT:-}" ]; then
+    python3 -m specrepro.cli export-drafters --engine all >/dev/null || exit 1
+fi
+exec python3 -m specrepro.cli run "$suite" --results-dir "$store" --no-progress \
+    --deadline-s "$deadline" --cell-bound-s 40 --archive "$archive" "$@"
