@@ -82,13 +82,14 @@ def compact_store(store: ResultStore) -> dict[str, int]:
     done["logs_packed"] = len([pack_log(f) for f in sorted(store.logs_dir.glob("*.log"))])
     return done
 
+
 def fold_sessions(store: ResultStore) -> int:
     """Every merged session file of each table into one `session-all.parquet`: a
     Parquet file's footer (some 10 KB for the cells table's 56 columns) is most of a
     file of a few cells, and a committed store is read whole. Under the table's lock,
     as a merge (`_merge_parts`: a file goes only once its keys are read back). Which
-    session measured a row stays in the manifest and the rows' times. Returns the
-    files folded in."""
+    session measured a row stays in the row (`session_id`, filled from the file's name
+    for rows written before rows named it). Returns the files folded in."""
     n = 0
     for table, folder in (("requests", store.requests_dir), ("cells", store.cells_dir)):
         if not folder.is_dir():
@@ -101,11 +102,13 @@ def fold_sessions(store: ResultStore) -> int:
                 n += len(files)
     return n
 
+
 def upgrade_requests(store: ResultStore) -> int:
     """Rewrite each merged requests file that still stores per-token gaps as the chunks
-    they came from (`_chunks_of_legacy`), once the gaps read back from the chunks
-    (metrics.token_gaps_s) match the stored ones to the microsecond, row by row; a
-    file that does not match is kept as it is and named. Returns the files rewritten."""
+    they came from (results._chunks_of_legacy), once the gaps read back from the chunks
+    (metrics.token_gaps_s) match the stored ones to the microsecond, row by row; at the
+    first file that does not, compaction stops with an error naming it and the request,
+    and that file is kept as it is. Returns the files rewritten."""
     if not store.requests_dir.is_dir():
         return 0
     n = 0
@@ -137,9 +140,8 @@ def _per_token(chunk_tokens: list[int]) -> list[int]:
 
 
 def compact(path: Path | str) -> dict[Path, dict[str, int]]:
-    """Merge the parts of every run folder at or under path (a results dir, a study, a run)
-    into one file per session and table (ResultStore.compact). Returns {run folder: {table:
-    parts merged, "upgraded": legacy requests files rewritten}}."""
+    """`compact_store` on every run folder at or under path (a results dir, a study, a
+    run). Returns {run folder: what compact_store returned for it}."""
     root = Path(path)
     runs = sorted({f.parent.parent for t in KEYS for f in _files(root, t)}
                   | {m.parent for m in root.glob("**/manifest.json")})
@@ -148,7 +150,8 @@ def compact(path: Path | str) -> dict[Path, dict[str, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`specrepro compact DIR...`: merge per-attempt parts into per-session files."""
+    """`specrepro compact DIR...`: make results stores ready to commit (merge the parts of
+    killed sessions, fold session files, rewrite legacy requests, gzip engine logs)."""
     ap = argparse.ArgumentParser(prog="specrepro compact", description=main.__doc__)
     ap.add_argument("dirs", nargs="+", type=Path,
                     help="a results dir (results/default), a study's folder or one run's")
