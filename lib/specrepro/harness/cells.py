@@ -45,7 +45,7 @@ from specrepro.results import ResultStore
 from specrepro.workloads import Prompt
 
 if TYPE_CHECKING:
-    from specrepro.harness.runner import ArmEngine
+    from specrepro.harness.arm_engine import ArmEngine
 
 
 # ---------------------------------------------------------------------- acceptance

@@ -23,9 +23,10 @@ import urllib.request
 from pathlib import Path
 
 from specrepro.harness import engines, profiling
+from specrepro.harness.arm_engine import ArmEngine
 from specrepro.harness.loadgen import LoadGenerator
 from specrepro.harness.run_command import resolve
-from specrepro.harness.runner import ArmEngine, load_config
+from specrepro.harness.runner import load_config
 from specrepro.params import ParamsError
 from specrepro.workloads import build_workload
 

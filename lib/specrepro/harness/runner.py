@@ -72,6 +72,13 @@ from tqdm import tqdm
 from specrepro import identity
 from specrepro.compaction import append_log, pack_log
 from specrepro.harness import engines, power, process, promtext
+from specrepro.harness.arm_engine import (
+    ArmEngine,
+    known_version,
+    placement_for,
+    session_placement,
+    start_engine,
+)
 from specrepro.harness.cells import (
     baseline_requests,
     cell_row,
@@ -127,134 +134,6 @@ class RunSummary:
         if self.failed or self.errors:
             return 1
         return EX_TEMPFAIL if self.stopped == "deadline" and self.left else 0
-
-
-# ------------------------------------------------------------------------- engines
-
-
-@dataclass
-class ArmEngine:
-    """The running engine of one arm: an HTTP handle or the in-process peer."""
-
-    arm: ResolvedArm
-    handle: process.EngineHandle | None = None
-    peer: Any = None  # peer.TransformersPeer
-    peer_placement: process.Placement | None = None  # the peer's (the handle keeps its own)
-
-    @property
-    def placement(self) -> process.Placement | None:
-        return self.peer_placement if self.peer is not None else self.handle.placement
-
-    @property
-    def profile(self):
-        return self.arm.resolved
-
-    @property
-    def version(self) -> str | None:
-        return self.peer.version() if self.peer is not None else self.handle.version
-
-    @property
-    def family(self) -> str:
-        """Whose metric names and request features apply: vllm, embedded, sglang, peer."""
-        return "transformers" if self.peer is not None else self.handle.engine
-
-    @property
-    def pid(self) -> int | None:
-        if self.peer is not None:
-            return power.current_pid()
-        return self.handle.process.pid if self.handle.process is not None else None
-
-    def alive(self) -> bool:
-        if self.peer is not None:
-            return True
-        if not self.handle.alive():
-            return False
-        adapter = engines.ADAPTERS.get(self.handle.attached or self.profile.engine)
-        path = adapter.ready_path if adapter is not None else "/health"
-        return process.http_get(self.handle.url + path, timeout=5.0)[0] != 0
-
-    def scrape(self) -> str | None:
-        return None if self.peer is not None else self.handle.metrics_text()
-
-    def describe(self) -> dict:
-        p = self.profile
-        info = {"arm": self.arm.name, "profile": p.name, "profile_file": p.source,
-                "profile_hash": identity.profile_hash(p), "engine": p.engine,
-                "version": self.version, "flags": p.flags,
-                "speculative": p.speculative.model_dump(mode="json") if p.speculative else None,
-                "placement": self.placement.record() if self.placement else None}
-        if self.handle is not None:
-            h = self.handle
-            info.update(url=h.url, argv=h.argv, attached=h.attached,
-                        log=str(h.log_path) if h.log_path else None,
-                        kv_pool_tokens=h.startup.kv_pool_tokens,
-                        max_concurrency=h.startup.max_concurrency, startup=h.startup.record(),
-                        warnings=h.warnings)
-        return info
-
-    def stop(self) -> None:
-        if self.handle is not None:
-            self.handle.stop()
-
-
-PEER_UNPINNED = ("in-process transformers peer: the engine runs inside the harness process, "
-                 "so there is no separate engine process to pin")
-ATTACH_UNPINNED = ("attached engine: not launched by the harness, so its CPUs are not the "
-                   "harness's to choose")
-
-
-def placement_for(arm: ResolvedArm, policy: str,
-                  cpus: tuple[int, ...] | None) -> process.Placement:
-    """The arm's CPU placement under the study's policy (process.plan_placement)."""
-    profile = arm.resolved
-    if profile.engine == "transformers":
-        return process.plan_placement(policy, cpus, None, why_not=PEER_UNPINNED)
-    if profile.engine == "attach":
-        return process.plan_placement(policy, cpus, None, why_not=ATTACH_UNPINNED)
-    threads = engines.adapter_for(profile).cpu_threads(profile)
-    return process.plan_placement(policy, cpus, threads)
-
-
-def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
-                 placement: process.Placement | None = None) -> ArmEngine:
-    profile = arm.resolved
-    if profile.engine == "transformers":
-        from specrepro.harness.peer import TransformersPeer
-
-        return ArmEngine(arm, peer=TransformersPeer(profile, root).load(),
-                         peer_placement=placement)
-    # one log per arm and profile: arms that share a profile (the block drafter at 3 and 5
-    # drafts) may run at once (`--arm`), and each launch parses its own lines
-    return ArmEngine(arm, handle=engines.launch(profile, log_dir, profile.source, placement,
-                                                log_name=f"{arm.name}--{profile.name}"))
-
-
-def session_placement(placements: dict[str, process.Placement]) -> dict:
-    """The manifest session's `placement`: the arms' common record, or the first pinned
-    arm's with the arms placed otherwise named in the note."""
-    if not placements:
-        return {"engine_cpus": [], "client_cpus": [], "pinned": False,
-                "note": "no engine was started in this session"}
-    records = {arm: p.record() for arm, p in placements.items()}
-    base = next((r for r in records.values() if r["pinned"]), next(iter(records.values())))
-    others = [f"arm {arm!r}: {r['note']}" for arm, r in records.items() if r != base]
-    if others:
-        base = {**base, "note": f"{base['note']}; other arms: {'; '.join(others)}"}
-    return base
-
-
-def known_version(store: ResultStore, arm: ResolvedArm) -> str | None:
-    """The engine version an earlier session recorded for this arm and profile."""
-    want = identity.profile_hash(arm.resolved)
-    for session in reversed(store.manifest().get("sessions", [])):
-        for eng in reversed(session.get("engines") or []):
-            if eng.get("arm") == arm.name and eng.get("profile_hash") == want:
-                return eng.get("version")
-    if arm.resolved.engine == "transformers":
-        from specrepro.harness.peer import version
-
-        return version()
-    return None
 
 
 # ---------------------------------------------------------------------- one cell
