@@ -15,7 +15,7 @@ Design:
   preference, a 404 meaning the running version lacks one (`poll_ready`), and the routes
   whose JSON has a "version" (`read_version`).
 - Startup facts (`StartupInfo`) are read from a log by an engine's table of `LogFact`
-  patterns (`parse_log`; the tables are in engines.py); `startup_error` finds the first
+  patterns (`parse_log`; the tables are in startup_logs.py); `startup_error` finds the first
   line naming an exception, for the error of an engine that exited before it was ready.
 - CPU placement (`plan_placement`, the study's `placement: auto | none`): on a small machine
   the load generator and the engine share cores and slow each other (measured on the 2-core
