@@ -168,16 +168,24 @@ def chunks_from_gaps(ttft_s: float | None,
     at, i, n = ttft_s, 0, len(gaps_s)
     while i < n and gaps_s[i] == 0.0:
         i += 1
-    arrivals, tokens = [round(at * 1e6)], [i + 1]
+    arrivals, tokens = [at], [i + 1]
     while i < n:
         j = i
         while j < n and gaps_s[j] == gaps_s[i]:
             j += 1
         at += gaps_s[i] * (j - i)
-        arrivals.append(round(at * 1e6))
+        arrivals.append(at)
         tokens.append(j - i)
         i = j
-    return [arrivals[0]] + [b - a for a, b in itertools.pairwise(arrivals)], tokens
+    return arrival_gaps_us(arrivals), tokens
+
+
+def arrival_gaps_us(arrivals_s: Sequence[float]) -> list[int]:
+    """Chunk arrivals (seconds after the request was sent) as the requests table stores
+    them: the first in µs, each later one as its µs after the one before. Arrivals are
+    rounded before they are differenced, so the gaps add up to the last arrival."""
+    at = [round(t * 1e6) for t in arrivals_s]
+    return at[:1] + [b - a for a, b in itertools.pairwise(at)]
 
 
 def request_mean_itl_s(requests: Sequence[tuple[Sequence[float], int | None]]) -> float | None:

@@ -98,6 +98,7 @@ class EngineLoop:
         self.tracked: dict[str, _Tracked] = {}
         self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self.alive = False
+        self.profiler = None  # torch.profiler.profile while /start_profile runs
 
     # -- called from the event loop ----------------------------------------
     def start(self) -> None:
@@ -160,7 +161,7 @@ class EngineLoop:
 
         try:
             if action == "start":
-                if getattr(self, "profiler", None) is not None:
+                if self.profiler is not None:
                     raise RuntimeError("a profile is already running: POST /stop_profile first")
                 activities = [torch.profiler.ProfilerActivity.CPU]
                 if torch.cuda.is_available():
@@ -169,7 +170,7 @@ class EngineLoop:
                 self.profiler.__enter__()
                 fut.set_result(None)
                 return
-            prof, self.profiler = getattr(self, "profiler", None), None
+            prof, self.profiler = self.profiler, None
             if prof is None:
                 raise RuntimeError("no profile is running: POST /start_profile first")
             prof.__exit__(None, None, None)

@@ -61,7 +61,6 @@ Design:
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -70,6 +69,7 @@ from typing import Any
 
 import aiohttp
 
+from specrepro.metrics import arrival_gaps_us
 from specrepro.workloads import Prompt
 
 SEED_STRIDE = 1_000_003  # a prime: seeds of neighbouring cells do not collide for < 1e6 prompts
@@ -151,11 +151,17 @@ class RequestRecord:
     def ok(self) -> bool:
         return self.error is None
 
-    def chunk_gap_us(self) -> list[int]:
-        """Each chunk's arrival in µs (rounded) after the chunk before it, the first's
-        after the request was sent: differences of rounded arrivals, so they add up."""
-        at = [round((t - self.started) * 1e6) for t, _ in self.chunks]
-        return at[:1] + [b - a for a, b in itertools.pairwise(at)]
+    def add_chunk(self, now: float, m: int) -> None:
+        """m tokens arrived together at `now` (monotonic): the first chunk sets the TTFT and
+        its other tokens get 0 s; a later chunk's gap since the last token is split over its
+        m tokens (`itl_s`, what `metrics.token_gaps_s` derives from the stored chunks)."""
+        if not self.arrivals:
+            self.ttft_s = now - self.started
+            self.itl_s += [0.0] * (m - 1)
+        else:
+            self.itl_s += [(now - self.arrivals[-1]) / m] * m
+        self.arrivals += [now] * m
+        self.chunks.append((now, m))
 
     def row(self) -> dict:
         """The record as a row of the requests table (without cell id, attempt, grades)."""
@@ -165,7 +171,7 @@ class RequestRecord:
                 # before (the first's after the request was sent), µs, and its tokens;
                 # `itl_s` is derived from them (metrics.token_gaps_s), not stored: float
                 # seconds are 8 bytes a token that do not compress
-                "chunk_gap_us": self.chunk_gap_us(),
+                "chunk_gap_us": arrival_gaps_us([t - self.started for t, _ in self.chunks]),
                 "chunk_tokens": [m for _, m in self.chunks],
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "text": self.text,
@@ -227,16 +233,8 @@ class StreamTimer:
         return True
 
     def tokens(self, m: int, now: float) -> None:
-        """m tokens arrived at `now`: split the gap since the last token over them."""
-        r = self.r
-        if not r.arrivals:
-            r.ttft_s = now - r.started
-            r.itl_s += [0.0] * (m - 1)
-        else:
-            gap = now - r.arrivals[-1]
-            r.itl_s += [gap / m] * m
-        r.arrivals += [now] * m
-        r.chunks.append((now, m))
+        """m tokens arrived at `now` (RequestRecord.add_chunk)."""
+        self.r.add_chunk(now, m)
         self.counted += m
 
     def finish(self, now: float) -> None:

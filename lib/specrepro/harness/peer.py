@@ -82,15 +82,7 @@ class StepStreamer:
         ids = [int(t) for t in value.reshape(-1).tolist()]
         if not ids:
             return
-        r = self.record
-        if not r.arrivals:
-            r.ttft_s = now - r.started
-            r.itl_s += [0.0] * (len(ids) - 1)
-        else:
-            gap = now - r.arrivals[-1]
-            r.itl_s += [gap / len(ids)] * len(ids)
-        r.arrivals += [now] * len(ids)
-        r.chunks.append((now, len(ids)))
+        self.record.add_chunk(now, len(ids))
         self.steps.append(len(ids))
 
     def end(self) -> None:

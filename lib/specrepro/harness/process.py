@@ -142,6 +142,19 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return 0, b""
 
 
+def http_post(url: str, body: bytes = b"{}", timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of a POST of a JSON body; status 0 when nothing answers."""
+    req = urllib.request.Request(url, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return 0, b""
+
+
 def http_json(url: str, timeout: float = 5.0) -> Any:
     status, body = http_get(url, timeout)
     if status != 200:

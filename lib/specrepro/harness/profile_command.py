@@ -18,11 +18,9 @@ import argparse
 import dataclasses
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from specrepro.harness import engines, profiling
+from specrepro.harness import engines, process, profiling
 from specrepro.harness.arm_engine import ArmEngine
 from specrepro.harness.loadgen import LoadGenerator
 from specrepro.harness.run_command import resolve
@@ -31,19 +29,6 @@ from specrepro.params import ParamsError
 from specrepro.workloads import build_workload
 
 SETTLE_S = 3.0  # a trace counts as written once its size holds this long
-
-
-def post(url: str, timeout: float = 600.0) -> tuple[int, str]:
-    """POST with an empty JSON body; (status, body text), 0 when nothing answers."""
-    req = urllib.request.Request(url, data=b"{}", method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
-            return response.status, response.read().decode(errors="replace")
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as err:
-        return 0, str(err)
 
 
 def wait_for_traces(folder: Path, since: float, timeout_s: float) -> list[Path]:
@@ -91,10 +76,11 @@ def profile_arm(params: str, study_id: str, arm_name: str, out: Path, concurrenc
         LoadGenerator(cfg).run(load)  # untraced: everything the first requests warm
         since = time.time()
         for action in ("start_profile", "stop_profile"):
-            status, body = post(f"{handle.url}/{action}")
+            status, body = process.http_post(f"{handle.url}/{action}", timeout=600.0)
             if status != 200:
                 raise engines.EngineError(f"{handle.url}/{action} answered {status}: "
-                                          f"{body[:300]}; log {handle.log_path}")
+                                          f"{body[:300].decode(errors='replace')}; log "
+                                          f"{handle.log_path}")
             if action == "start_profile":  # the traced load: no warm-up requests of its own
                 LoadGenerator(dataclasses.replace(cfg, warmup=0)).run(load)
         traces = wait_for_traces(out, since, trace_timeout_s)
