@@ -124,9 +124,10 @@ DEFAULTS: dict[str, Any] = {"warnings": []}
 _SESSION = r"\d{8}T\d{6}Z-[0-9a-f]{6}"
 _PART = re.compile(
     rf"^(?P<cell>[0-9a-f]{{16}})-a(?P<attempt>\d+)(?:--(?P<session>{_SESSION}))?\.parquet$")
-_MERGED = re.compile(rf"^session-(?P<session>{_SESSION}|unknown|all)\.parquet$")
-ALL_SESSIONS = "session-all.parquet"  # compact folds every merged session file into it
 UNKNOWN_SESSION = "unknown"
+ALL = "all"  # compact folds every merged session file into session-all.parquet
+_MERGED = re.compile(rf"^session-(?P<session>{_SESSION}|{UNKNOWN_SESSION}|{ALL})\.parquet$")
+ALL_SESSIONS = f"session-{ALL}.parquet"
 # What keys a row: an attempt is written once, so a key read twice is the same row.
 KEYS = {"cells": ["cell_id", "attempt"], "requests": ["cell_id", "attempt", "request_idx"]}
 
@@ -289,7 +290,7 @@ def _session_named(df: pl.DataFrame, f: Path) -> pl.DataFrame:
         return df
     m = _MERGED.match(f.name) or _PART.match(f.name)
     session = m["session"] if m else None
-    if session in (None, UNKNOWN_SESSION, "all"):
+    if session in (None, UNKNOWN_SESSION, ALL):
         return df
     return df.with_columns(pl.col("session_id").fill_null(pl.lit(session)))
 

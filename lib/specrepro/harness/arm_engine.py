@@ -104,6 +104,13 @@ def placement_for(arm: ResolvedArm, policy: str,
     return process.plan_placement(policy, cpus, threads)
 
 
+def log_name(arm: ResolvedArm) -> str:
+    """An arm's engine log in a store's logs/ (`.log` while it runs, `.log.gz` after): one
+    per arm and profile, since arms that share a profile (the block drafter at 3 and 5
+    drafts) may run at once (`--arm`) and each launch parses its own lines."""
+    return f"{arm.name}--{arm.resolved.name}.log"
+
+
 def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
                  placement: process.Placement | None = None) -> ArmEngine:
     profile = arm.resolved
@@ -112,10 +119,8 @@ def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
 
         return ArmEngine(arm, peer=TransformersPeer(profile, root).load(),
                          peer_placement=placement)
-    # one log per arm and profile: arms that share a profile (the block drafter at 3 and 5
-    # drafts) may run at once (`--arm`), and each launch parses its own lines
     return ArmEngine(arm, handle=engines.launch(profile, log_dir, profile.source, placement,
-                                                log_name=f"{arm.name}--{profile.name}"))
+                                                log_name=log_name(arm).removesuffix(".log")))
 
 
 def session_placement(placements: dict[str, process.Placement]) -> dict:

@@ -75,6 +75,7 @@ from specrepro.harness import engines, power, process, promtext
 from specrepro.harness.arm_engine import (
     ArmEngine,
     known_version,
+    log_name,
     placement_for,
     session_placement,
     start_engine,
@@ -375,7 +376,7 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
             eng = start_engine(arm0, first.store.logs_dir, root,
                                placement_for(arm0, first.study.placement, cpus))
     except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
-        failed_log = first.store.logs_dir / f"{arm0.name}--{arm0.resolved.name}.log"
+        failed_log = first.store.logs_dir / log_name(arm0)
         if failed_log.is_file():  # its tail is in the error; the whole log stays, gzipped
             pack_log(failed_log)
         for ctx, arm, cells in todo:
@@ -403,7 +404,7 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
             if log is not None:  # gzipped once the engine stops (compaction.pack_log)
                 entry["log"] = f"{log}.gz"
             if i and log is not None:
-                copies.append(ctx.store.logs_dir / f"{arm.name}--{arm.resolved.name}.log")
+                copies.append(ctx.store.logs_dir / log_name(arm))
                 entry.update(log=f"{copies[-1]}.gz", shared_launch={
                     "study": first.study.name, "arm": arm0.name,
                     "note": "one engine start served both arms (same resolved profile)"})
