@@ -361,6 +361,12 @@ def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.Dat
     return pl.concat(frames, how="vertical").sort(["cell_id", "request_idx"])
 
 
+def _same_params(sessions: list[dict], params: Any) -> str | None:
+    """The first of these (resolved) sessions whose params equal `params`, by id: what a
+    session's params become a reference to (`same_as_session`)."""
+    return next((e["session_id"] for e in sessions if e.get("params") == params), None)
+
+
 # ------------------------------------------------------------------------- store
 
 class ResultStore:
@@ -415,9 +421,8 @@ class ResultStore:
             manifest = self._raw_manifest()
             stored = dict(session)
             if session["params"] is not None:
-                earlier = resolve_params_refs(manifest)["sessions"]
-                same = next((e["session_id"] for e in earlier
-                             if e.get("params") == session["params"]), None)
+                same = _same_params(resolve_params_refs(manifest)["sessions"],
+                                    session["params"])
                 if same is not None:
                     stored["params"] = {SAME_AS: same}
             manifest["sessions"].append(stored)
@@ -569,7 +574,7 @@ class ResultStore:
                 if p is None or (isinstance(s.get("params"), dict)
                                  and set(s["params"]) == {SAME_AS}):
                     continue
-                same = next((e["session_id"] for e in whole[:i] if e.get("params") == p), None)
+                same = _same_params(whole[:i], p)
                 if same is not None:
                     s["params"] = {SAME_AS: same}
                     n += 1
