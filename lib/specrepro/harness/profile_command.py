@@ -24,8 +24,8 @@ from specrepro.harness import engines, process, profiling
 from specrepro.harness.arm_engine import ArmEngine
 from specrepro.harness.loadgen import LoadGenerator
 from specrepro.harness.run_command import resolve
-from specrepro.harness.runner import load_config
-from specrepro.params import ParamsError
+from specrepro.harness.runner import check_arms, load_config
+from specrepro.params import ParamsError, Problem
 from specrepro.workloads import build_workload
 
 SETTLE_S = 3.0  # a trace counts as written once its size holds this long
@@ -52,17 +52,14 @@ def wait_for_traces(folder: Path, since: float, timeout_s: float) -> list[Path]:
 def profile_arm(params: str, study_id: str, arm_name: str, out: Path, concurrency: int | None,
                 prompts: int, trace_timeout_s: float = 600.0) -> list[profiling.TraceSummary]:
     (study, _, _), = resolve(params, [study_id])
-    arm = next((a for a in study.arms if a.name == arm_name), None)
-    if arm is None:
-        raise ParamsError([_problem(study, f"--arm: expected an arm of study {study.name} "
-                                           f"({', '.join(a.name for a in study.arms)}), found "
-                                           f"{arm_name!r}")])
+    check_arms(study, [arm_name])
+    arm = next(a for a in study.arms if a.name == arm_name)
     cells = [c for c in study.cells() if c.arm.name == arm.name
              and (concurrency is None or c.concurrency == concurrency)]
     if not cells:
-        raise ParamsError([_problem(study, f"--concurrency: study {study.name} measures arm "
-                                           f"{arm.name} at {sorted(study.concurrency)} streams, "
-                                           f"not {concurrency}")])
+        raise ParamsError([Problem(study.source, "concurrency", f"--concurrency: study "
+                                   f"{study.name} measures arm {arm.name} at "
+                                   f"{sorted(study.concurrency)} streams, not {concurrency}")])
     cell = cells[0]
     out.mkdir(parents=True, exist_ok=True)
     adapter = engines.adapter_for(arm.resolved)
@@ -93,12 +90,6 @@ def profile_arm(params: str, study_id: str, arm_name: str, out: Path, concurrenc
     for t, s in zip(traces, summaries, strict=True):
         Path(f"{t}.summary.txt").write_text(profiling.render(s) + "\n")
     return summaries
-
-
-def _problem(study, message: str):
-    from specrepro.params import Problem
-
-    return Problem(study.source, "arms", message)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -246,12 +246,7 @@ def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
     deadline if one is given, rewriting the archive as it goes; one summary per study, in
     order. See the module docstring."""
     for study, _ in plans:
-        names = [a.name for a in study.arms]
-        unknown = [a for a in arms if a not in names]
-        if unknown:
-            raise ParamsError([Problem(study.source, "arms", f"--arm: expected an arm of study "
-                                       f"{study.name} ({', '.join(names)}), found "
-                                       f"{unknown[0]!r}")])
+        check_arms(study, arms)
     chosen = [set(arms or [a.name for a in study.arms]) for study, _ in plans]
     bar = tqdm(total=sum(1 for (study, _), names in zip(plans, chosen)
                          for c in study.cells() if c.arm.name in names),
@@ -267,6 +262,15 @@ def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
     with ctrl_c_raises():
         _run_all(ctxs, Path(root), command)
     return [ctx.summary for ctx in ctxs]
+
+
+def check_arms(study: ResolvedStudy, arms: Sequence[str]) -> None:
+    """ParamsError naming the first of `arms` (--arm) the study does not have."""
+    names = [a.name for a in study.arms]
+    unknown = [a for a in arms if a not in names]
+    if unknown:
+        raise ParamsError([Problem(study.source, "arms", f"--arm: expected an arm of study "
+                                   f"{study.name} ({', '.join(names)}), found {unknown[0]!r}")])
 
 
 def launch_groups(ctxs: Sequence[_Run]) -> list[list[tuple[_Run, ResolvedArm]]]:
