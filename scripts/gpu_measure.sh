@@ -26,12 +26,6 @@ env_sh=${SPECREPRO_GPU_ENV:-/var/tmp/specrepro-gpu/vllm/site/env.sh}  # the bund
 # shellcheck disable=SC1090
 . "$env_sh"
 export PYTHONPATH=$PWD/lib:${PYTHONPATH:-} SPECREPRO_DATA_DIR=$PWD/.device/data PYTHONUNBUFFERED=1
-# vLLM's compile cache in the carried, git-ignored .device/vllm-cache: it outlives the calls of
-# one machine like any ignored path, and a copy brought back through $OUT and carried to the
-# next machine spares each engine start its ~25 s of torch.compile ("Directly load ... from
-# the cache" in the engine log).
-export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-$PWD/.device/vllm-cache}
-mkdir -p "$VLLM_CACHE_ROOT"
 name=$(basename "$suite" .yaml)
 store=${SPECREPRO_GPU_RESULTS:-/var/tmp/specrepro-results}/$name
 if [ ! -d "$store" ]; then
