@@ -469,7 +469,7 @@ def test_h200_engine_profiles_state_what_changes_the_numbers(path: Path):
 def test_h200_engine_profiles_cover_every_method_and_draft_count():
     """One profile per engine, method, draft count and precision (the target's, quantized
     at load, and the drafter's): bf16 for every method and count, and the quantized arms of
-    notebooks 03 (FP8 target) and 05 (FP8 drafter, SGLang's as the fallback)."""
+    notebooks 03 (FP8 target) and 05 (FP8 drafter: SGLang's arm, vLLM's two probes)."""
     have = {}
     for path in H200_PROFILES:
         p = params.load_profile(path)
@@ -484,7 +484,9 @@ def test_h200_engine_profiles_cover_every_method_and_draft_count():
                            ("draft_model", [3, 5, 7]), ("ngram", [3, 5, 7]))
         for k in ks} | {("vllm", "dflash", "schedule", None, None),
                         ("vllm", "dflash", 7, "fp8", None),
-                        ("vllm", "dflash", 7, None, "fp8"), ("sglang", "dflash", 7, None, "fp8")}
+                        ("vllm", "dflash", 7, None, "fp8"),
+                        ("vllm", "dflash", 7, None, "fp8_per_tensor"),
+                        ("sglang", "dflash", 7, None, "fp8")}
     assert set(have) == want
 
 
@@ -550,6 +552,12 @@ def test_the_h200_engines_suite_binds_every_notebook_and_its_studies():
     assert [s.temperature for s in studies["02_temperature_spread"].sampling] == [0.7, 1.0]
     assert studies["02_temperature_spread"].repeats == 4
     assert studies["06_draft_schedule_under_load"].concurrency == [1, 8, 32]
+    # 05 moved to SGLang once vLLM 0.26.0's online-FP8 drafter did not start (its probes)
+    st = studies.pop("05_fp8_drafter_gates")
+    assert {a.resolved.engine for a in st.arms} == {"sglang"}
+    assert {p.name: (p.resolved.engine, p.resolved.speculative.quantization)
+            for p in st.probes} == {"vllm-online-fp8": ("vllm", "fp8"),
+                                    "vllm-online-fp8-per-tensor": ("vllm", "fp8_per_tensor")}
     assert all(a.resolved.engine == "vllm" for s in studies.values() for a in s.arms)
     assert list(suite.studies) == ["parity-vllm", "parity-sglang", "peer-vllm", "peer-sglang"]
     sglang = params.resolve_study(suite, "parity-sglang")
@@ -558,9 +566,10 @@ def test_the_h200_engines_suite_binds_every_notebook_and_its_studies():
 
 
 def test_the_h200_engines_article_b_arms():
-    """03, 05 and 07 on vLLM 0.26.0: the studies' arm names and baselines (claims and gates
-    read them), BF16 arms on their profiles unchanged (one engine shared across notebooks),
-    one drafter and one memory setting in every arm, article B's levels and sizes."""
+    """03 and 07 on vLLM 0.26.0, 05 on SGLang 0.5.14: the studies' arm names and baselines
+    (claims and gates read them), BF16 arms on their profiles unchanged (one engine shared
+    across notebooks), one drafter and one memory setting in every arm, article B's levels
+    and sizes."""
     suite = params.load_suite(PARAMS / "h200-engines.yaml")
     studies = {nb: params.resolve_study(suite, nb)
                for nb in ("03_target_precision", "05_fp8_drafter_gates", "07_the_bill")}
@@ -569,19 +578,24 @@ def test_the_h200_engines_article_b_arms():
         "03_target_precision": {"target-bf16": "vllm-0.26-dflash-k7",
                                 "target-nvfp4": "vllm-nvfp4-0.26-dflash-k7",
                                 "target-fp8": "vllm-0.26-fp8-dflash-k7"},
-        "05_fp8_drafter_gates": {"drafter-bf16": "vllm-0.26-dflash-k7",
-                                 "drafter-fp8": "vllm-0.26-dflash-k7-fp8-drafter"},
+        "05_fp8_drafter_gates": {"drafter-bf16": "sglang-0.5.14-dflash-k7",
+                                 "drafter-fp8": "sglang-0.5.14-dflash-k7-fp8-drafter"},
         "07_the_bill": {"none": "vllm-0.26-none", "mtp-control": "vllm-0.26-eagle-k3",
                         "dflash-k7": "vllm-0.26-dflash-k7"}}
     assert [st.baseline for st in studies.values()] == ["target-bf16", "drafter-bf16", "none"]
     # the article's pair is the one the notebook's paired tables judge (its first challenger)
     assert studies["03_target_precision"].arms[1].name == "target-nvfp4"
-    memory = ("gpu-memory-utilization", "max-num-seqs", "max-model-len", "kv-cache-dtype",
-              "max-num-batched-tokens")
+    memory = {"vllm": ("gpu-memory-utilization", "max-num-seqs", "max-model-len",
+                       "kv-cache-dtype", "max-num-batched-tokens"),
+              "sglang": ("mem-fraction-static", "max-running-requests", "context-length",
+                         "kv-cache-dtype")}
     for nb, st in studies.items():
         assert all(a.overrides == {} for a in st.arms), nb  # profiles as they are
-        assert len({tuple(a.resolved.flags[k] for k in memory) for a in st.arms}) == 1, nb
-        assert all(a.resolved.engine_version == "0.26.0" for a in st.arms), nb
+        (engine,) = {a.resolved.engine for a in st.arms}
+        assert len({tuple(a.resolved.flags.get(k) for k in memory[engine])
+                    for a in st.arms}) == 1, nb
+        assert {a.resolved.engine_version for a in st.arms} == {
+            "vllm": {"0.26.0"}, "sglang": {"0.5.14"}}[engine], nb
         assert {w.form for w in st.workloads} == {"completion"} and st.reasoning_effort is None
         assert all(w.n >= 32 for w in st.workloads), nb
         assert [s.temperature for s in st.sampling] == [0.0] and st.repeats == 3, nb
@@ -591,7 +605,8 @@ def test_the_h200_engines_article_b_arms():
     for nb in ("03_target_precision", "05_fp8_drafter_gates"):  # one drafter throughout
         spec = {(a.resolved.drafter.id, a.resolved.speculative.method,
                  a.resolved.speculative.num_speculative_tokens) for a in studies[nb].arms}
-        assert spec == {("build/engine-drafters/vllm/dflash", "dflash", 7)}, nb
+        engine = "sglang" if nb == "05_fp8_drafter_gates" else "vllm"
+        assert spec == {(f"build/engine-drafters/{engine}/dflash", "dflash", 7)}, nb
     precision = {a.name: (a.resolved.flags.get("quantization"), a.resolved.model.id,
                           a.resolved.speculative.quantization)
                  for a in studies["03_target_precision"].arms}

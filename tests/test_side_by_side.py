@@ -278,7 +278,8 @@ def test_the_gpu_measuring_script_checks_its_arguments_and_runs_a_study(tmp_path
     study.write_text(yaml.safe_dump({
         "name": "tiny_study", "notebook": "peer", "arms": [{"name": "none", "profile": "tiny"}],
         "workloads": [{"name": "essays", "n": 2, "form": "completion", "max_tokens": 8}],
-        "concurrency": [1], "sampling": [{"temperature": 0.0}], "seed": 3}))
+        "concurrency": [1], "sampling": [{"temperature": 0.0}], "seed": 3,
+        "probes": [{"name": "serves", "profile": "tiny", "question": "Does it serve?"}]}))
     rel = str(study.relative_to(tmp_path))
     out = run(rel, "1m", "a.tar.gz")
     assert out.returncode == 2 and "DEADLINE_S must be whole seconds, got '1m'" in out.stderr
@@ -296,9 +297,16 @@ def test_the_gpu_measuring_script_checks_its_arguments_and_runs_a_study(tmp_path
     env_sh = tmp_path / "env.sh"  # what the bundle's env.sh does: its python first on PATH
     env_sh.write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n'
                       f'export PYTHONPATH="{REPO / "lib"}"\n')
-    out = run(rel, "120", str(tmp_path / "a.tar.gz"), SPECREPRO_GPU_ENV=str(env_sh),
-              SPECREPRO_GPU_RESULTS=str(tmp_path / "machine"), SPECREPRO_NO_EXPORT="1")
+    out = run(rel, "120", str(tmp_path / "a.tar.gz"), "--probe", "tiny_study",
+              SPECREPRO_GPU_ENV=str(env_sh), SPECREPRO_GPU_RESULTS=str(tmp_path / "machine"),
+              SPECREPRO_NO_EXPORT="1")
     assert out.returncode == 0, out.stdout + out.stderr
+    assert "serves (tiny): serves" in out.stdout
     assert load_cells(tmp_path / "machine" / "tiny_study").height == 1
     with tarfile.open(tmp_path / "a.tar.gz") as tar:
         assert any(n.startswith("tiny_study/standalone/cells/") for n in tar.getnames())
+        manifest = json.load(tar.extractfile("tiny_study/standalone/manifest.json"))
+    (asked,) = [r for s in manifest["sessions"] for r in s.get("probes") or []]
+    assert asked["probe"] == "serves" and asked["answer"] == "serves"
+    out = run(rel, "60", "a.tar.gz", "--probe")
+    assert out.returncode == 2 and "--probe needs a study id" in out.stderr

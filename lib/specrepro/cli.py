@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("specrepro.embedded.training.cli", "train the embedded target and drafters from a seed"),
     "run": ("specrepro.harness.run_command", "run a study (params/*.yaml) against an engine"),
     "profile": ("specrepro.harness.profile_command", "trace one arm's engine under a short load: where its time goes"),
+    "probe": ("specrepro.harness.probe_command", "ask a study's probes: does a profile's engine start and serve?"),
     "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
     "check": ("specrepro.params.cli", "validate a params file (suite, study or profile)"),
     "compact": ("specrepro.compaction", "make a results store ready to commit: merge, fold, gzip logs"),

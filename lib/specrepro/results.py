@@ -415,6 +415,7 @@ class ResultStore:
             "params": None,
             "engines": [],
             "models": [],
+            "probes": [],
             **jsonable(dict(manifest_info or {})),
         }
         with locked(self.root):  # another session may be editing it (runner: --arm)
@@ -431,11 +432,12 @@ class ResultStore:
 
     def update_session(self, **info: Any) -> dict[str, Any]:
         """Add or replace keys of the current session (e.g. engine version once launched);
-        list values for `engines` and `models` are appended to."""
+        list values for `engines`, `models` and `probes` are appended to."""
 
         def change(session: dict) -> None:
             for key, value in jsonable(info).items():
-                if key in ("engines", "models") and isinstance(session.get(key), list):
+                if key in ("engines", "models", "probes") and isinstance(session.get(key),
+                                                                         list):
                     session[key] += value if isinstance(value, list) else [value]
                 else:
                     session[key] = value

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from pathlib import Path
 
 import polars as pl
 from IPython.display import HTML, Image, Markdown, display
 
 from specrepro.analysis import figures as figs
-from specrepro.analysis import tables
+from specrepro.analysis import probes, tables
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding, devices
 from specrepro.analysis.substrates import compare, substrates_html
@@ -114,6 +115,10 @@ def show_header(f: Finding, claims: Claims) -> None:
                      "can and cannot test\"):")
         lines += [f"- {claim}: {why}." for claim, why in cant]
     display(Markdown("\n".join(lines)))
+    if f.study.probes:
+        show_table(probes.answers(f.study, f.manifest, os.path.relpath(f.suite.path)),
+                   "Probes: questions one engine start answers, declared with the study "
+                   "(`specrepro probe`); the latest answer for each, and where it comes from")
 
 
 def show_figure(fig, figures_dir: str | Path, notebook_id: str, name: str) -> list[Path]:

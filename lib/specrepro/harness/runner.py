@@ -385,8 +385,9 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
             pack_log(failed_log)
         for ctx, arm, cells in todo:
             ctx.summary.errors.append(f"arm {arm.name!r}: {err}")
-            ctx.store.update_session(engines=[{"arm": arm.name, "profile": arm.resolved.name,
-                                               "error": str(err)}])
+            ctx.store.update_session(engines=[{
+                "arm": arm.name, "profile": arm.resolved.name,
+                "profile_hash": identity.profile_hash(arm.resolved), "error": str(err)}])
             ctx.bar.update(len(cells))
         first.save()
         return

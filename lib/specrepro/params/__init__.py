@@ -45,8 +45,10 @@ from specrepro.params.schema import (
     ModelRef,
     NotebookBinding,
     Parallel,
+    Probe,
     Profile,
     ResolvedArm,
+    ResolvedProbe,
     ResolvedStudy,
     Sampling,
     Skip,
@@ -60,8 +62,8 @@ from specrepro.params.tree import read_tree
 
 __all__ = [
     "GATE_OPS", "NOTEBOOK_IDS", "WORKLOADS", "Arm", "Cell", "DrafterRef", "Gate", "Hardware",
-    "ModelRef", "NotebookBinding", "Parallel", "ParamsError", "Problem", "Profile",
-    "ResolvedArm", "ResolvedStudy", "Sampling", "Skip", "SpeculativeConfig", "Strict", "Study",
+    "ModelRef", "NotebookBinding", "Parallel", "ParamsError", "Probe", "Problem", "Profile",
+    "ResolvedArm", "ResolvedProbe", "ResolvedStudy", "Sampling", "Skip", "SpeculativeConfig", "Strict", "Study",
     "Suite", "Workload", "check_notebook_params", "load_profile", "load_study", "load_suite",
     "main", "read_tree", "resolve_all", "resolve_study", "standalone_suite", "summarize",
 ]

@@ -52,7 +52,9 @@ def summarize(path: Path | str) -> str:
             n_cells = sum(1 for _ in st.cells())
             arms = ", ".join(f"{a.name}={a.resolved.name}" for a in st.arms)
             kind = "" if nb in suite.notebooks else " (study, no notebook)"
-            lines.append(f"  {nb}{kind}: {n_cells} cells; arms {arms}")
+            probes = "; probes " + ", ".join(f"{p.name}={p.resolved.name}"
+                                             for p in st.probes) if st.probes else ""
+            lines.append(f"  {nb}{kind}: {n_cells} cells; arms {arms}{probes}")
         return "\n".join(lines)
     if kind == "study":
         st = load_study(path)

@@ -88,7 +88,7 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
     context = f"resolving {kind} {notebook_id} of suite {_display_file(suite.path)}"
     study = _validate(Study, tree, context)
     mapping = {**suite.profile_map, **binding.profiles}
-    used = {a.profile for a in study.arms}
+    used = {a.profile for a in [*study.arms, *study.probes]}
     for key in binding.profiles:
         if key not in used:
             file, where = _located(suite._tree, (section, notebook_id, "profiles", key))
@@ -106,8 +106,13 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
         _resolve_arm(suite, notebook_id, tree, i, arm, mapping, context)
         for i, arm in enumerate(study.arms)
     ]
+    probes = [
+        _resolve_arm(suite, notebook_id, tree, i, probe, mapping, context, part="probes")
+        for i, probe in enumerate(study.probes)
+    ]
     data = study.model_dump() | {
         "arms": arms,
+        "probes": probes,
         "notebook_id": notebook_id,
         "source": tree.prov.locate(())[0],
     }
@@ -119,13 +124,15 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
 
 
 def _resolve_arm(
-    suite: Suite, notebook_id: str, study_tree: Tree, i: int, arm: Arm, mapping: dict, context: str
+    suite: Suite, notebook_id: str, study_tree: Tree, i: int, arm: Arm, mapping: dict, context: str,
+    part: str = "arms",
 ) -> dict:
+    """An arm's (or a probe's: part "probes") profile loaded with its overrides merged in."""
     name = mapping.get(arm.profile, arm.profile)
     path = suite.profiles_path / f"{name}.yaml"
     if not path.is_file():
         available = sorted(p.stem for p in suite.profiles_path.glob("*.yaml"))
-        file, key = _located(study_tree, ("arms", i, "profile"))
+        file, key = _located(study_tree, (part, i, "profile"))
         for where in ((suite.section(notebook_id), notebook_id, "profiles"), ("profile_map",)):
             if name != arm.profile and arm.profile in (_lookup(suite._tree.data, where) or {}):
                 file, key = _located(suite._tree, (*where, arm.profile))
@@ -134,8 +141,9 @@ def _resolve_arm(
         raise ParamsError([Problem(file, key, msg)], context)
     profile_tree = read_tree(path)
     profile_tree.data.setdefault("name", name)
-    deep_merge(profile_tree, study_tree, (), ("arms", i, "overrides"))
-    profile = _validate(Profile, profile_tree, f"{context}, arm {arm.name!r}")
+    deep_merge(profile_tree, study_tree, (), (part, i, "overrides"))
+    what = "arm" if part == "arms" else "probe"
+    profile = _validate(Profile, profile_tree, f"{context}, {what} {arm.name!r}")
     profile._source = _display_file(path)
     return arm.model_dump() | {"resolved": profile}
 

@@ -266,6 +266,16 @@ class Arm(Strict):
     label: str | None = None
 
 
+class Probe(Arm):
+    """A question one engine start answers, declared with the study before it is asked:
+    does this profile start and serve at all (a quantization path an arm would need, a
+    flag an engine release may refuse)? `specrepro probe` asks it and stores the answer in
+    the study's results store; the report shows it beside the arms' figures. A probe has
+    no cells: whether its engine starts is the measurement."""
+
+    question: str
+
+
 GATE_OPS = {
     ">=": lambda a, b: a >= b,
     "<=": lambda a, b: a <= b,
@@ -363,6 +373,7 @@ class Study(Strict):
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     gates: list[Gate] = Field(default_factory=list)
     skip: list[Skip] = Field(default_factory=list)
+    probes: list[Probe] = Field(default_factory=list)
     # Where the harness runs a launched engine and its own load generator (runner.py,
     # process.plan_placement): "auto" pins them to disjoint CPU sets where the machine has
     # two CPUs or more; "none" leaves both to the OS. Recorded in the manifest, not part of
@@ -374,6 +385,7 @@ class Study(Strict):
         arms = [a.name for a in self.arms]
         loads = [w.name for w in self.workloads]
         out += _duplicates("arms", arms) + _duplicates("workloads", loads)
+        out += _duplicates("probes", [p.name for p in self.probes])
         for i, w in enumerate(self.workloads):
             out += [(("workloads", i, *p), m) for p, m in w.cross_checks()]
         if self.baseline is not None and self.baseline not in arms:
@@ -459,10 +471,17 @@ class ResolvedArm(Arm):
     resolved: Profile
 
 
+class ResolvedProbe(ResolvedArm):
+    """A probe with its profile resolved as an arm's is."""
+
+    question: str
+
+
 class ResolvedStudy(Study):
     """A study whose arms carry fully resolved profiles (what the runner executes)."""
 
     arms: list[ResolvedArm]
+    probes: list[ResolvedProbe] = Field(default_factory=list)
     notebook_id: str
     source: str  # the file that defined the study
 

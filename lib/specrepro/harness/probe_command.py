@@ -1,0 +1,148 @@
+"""`specrepro probe`: ask a study's declared probes (does this profile's engine start and
+serve?) and store each answer in the study's results store.
+
+Design: a probe (params `probes:`, schema.Probe) is an arm without cells whose question is
+declared with the study before it is asked, e.g. "does vLLM 0.26.0 quantize the block
+drafter to FP8 online?". Asking it is one engine start: the probe's profile launched as an
+arm's is (`arm_engine.start_engine`, the log in the store's logs/ as
+`<probe>--<profile>.log.gz`), then one request of the study's first workload in the study's
+own request form (`runner.load_config`: chat or completion, OpenAI or SGLang's native API),
+then the engine stops. The answer is one of `ANSWERS`, with the engine's error (the root
+cause the launcher picks out of the log) when it did not start. It goes into a session of
+the study's store as `probes: [{...}]`, beside the engines of the runs, so the same
+manifest says what was measured and what could not start; analysis/probes.py reads it
+back for the report. A probe is asked again only with `--again` (a new engine release):
+every answer stays, the report shows the latest.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from specrepro import identity, results
+from specrepro.compaction import pack_log
+from specrepro.harness import engines, process
+from specrepro.harness.arm_engine import log_name, placement_for, start_engine
+from specrepro.harness.loadgen import LoadGenerator
+from specrepro.harness.run_command import resolve
+from specrepro.harness.runner import load_config
+from specrepro.params import ParamsError, Problem, ResolvedProbe, ResolvedStudy
+from specrepro.results import ResultStore
+from specrepro.workloads import build_workload
+
+SERVES, NO_START, NO_SERVE = "serves", "does not start", "starts, does not serve"
+ANSWERS = (SERVES, NO_START, NO_SERVE)
+REQUEST_TIMEOUT_S = 300.0
+
+
+def chosen_probes(study: ResolvedStudy, names: list[str]) -> list[ResolvedProbe]:
+    """The study's probes named (all of them when none is), or an error naming the known."""
+    known = [p.name for p in study.probes]
+    if not known:
+        raise ParamsError([Problem(study.source, "probes", f"study {study.name!r} declares "
+                                   "no probes (a `probes:` list of {name, profile, question})")])
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ParamsError([Problem(study.source, "probes", f"--probe {unknown[0]!r}: study "
+                                   f"{study.name!r} declares the probes {known}")])
+    return [p for p in study.probes if not names or p.name in names]
+
+
+def answered(store: ResultStore, probe: ResolvedProbe) -> dict | None:
+    """The latest stored answer of this probe with this resolved profile, if any."""
+    want = identity.profile_hash(probe.resolved)
+    for session in reversed(store.manifest().get("sessions", [])):
+        for rec in reversed(session.get("probes") or []):
+            if rec.get("probe") == probe.name and rec.get("profile_hash") == want:
+                return rec
+    return None
+
+
+def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Path) -> dict:
+    """Start the probe's engine, send one request, stop it: the answer as stored."""
+    record = {"probe": probe.name, "question": probe.question, "profile": probe.resolved.name,
+              "profile_hash": identity.profile_hash(probe.resolved),
+              "asked_at": results.now().isoformat(), "error": None}
+    log = store.logs_dir / log_name(probe)
+    try:
+        eng = start_engine(probe, store.logs_dir, root,
+                           placement_for(probe, study.placement, process.allowed_cpus()))
+    except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
+        record.update(answer=NO_START, error=str(err))
+    else:
+        try:
+            record["engine"] = eng.describe()
+            cell = next(iter(study.cells()))  # the study's request form and sampling
+            cfg = dataclasses.replace(load_config(study, cell, eng, REQUEST_TIMEOUT_S),
+                                      concurrency=1, warmup=0)
+            (rec,) = LoadGenerator(cfg).run(build_workload(cell.workload)[:1]).records
+            if rec.ok and (rec.completion_tokens or 0) > 0:
+                record.update(answer=SERVES, tokens=rec.completion_tokens)
+            else:
+                record.update(answer=NO_SERVE, error=rec.error or "the answer held no tokens")
+        finally:
+            eng.stop()
+    if log.is_file():
+        pack_log(log)
+        record["log"] = f"{log}.gz"
+    return record
+
+
+def probe_study(params: str, study_id: str, names: list[str], results_dir: str | None,
+                again: bool, argv: list[str]) -> list[dict]:
+    """Ask the chosen probes of one study (those unanswered, or all with `again`)."""
+    (study, default_dir, run_id), = resolve(params, [study_id])
+    probes = chosen_probes(study, names)
+    store = ResultStore(Path(results_dir) if results_dir else default_dir, study.name, run_id)
+    out = []
+    todo = []
+    for probe in probes:
+        earlier = None if again or not store.manifest_path.is_file() else answered(store,
+                                                                                  probe)
+        if earlier is not None:
+            out.append({**earlier, "stored": True})
+        else:
+            todo.append(probe)
+    if not todo:
+        return out
+    store.begin_session({"params": study.model_dump(mode="json"), "command": argv,
+                         "probes_asked": [p.name for p in todo]})
+    try:
+        for probe in todo:
+            record = ask(study, probe, store, Path.cwd())
+            store.update_session(probes=[record])
+            out.append(record)
+    finally:
+        store.end_session("ok")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`specrepro probe SUITE --study ID [--probe NAME ...] [--results-dir DIR] [--again]`."""
+    ap = argparse.ArgumentParser(prog="specrepro probe", description=__doc__.splitlines()[0])
+    ap.add_argument("params", help="a suite (params/h200-engines.yaml) or a study file")
+    ap.add_argument("--study", "--notebook", required=True, dest="study",
+                    help="a notebook of the suite or a study of its `studies:`")
+    ap.add_argument("--probe", action="append", default=[],
+                    help="only this probe (repeatable; default: every probe of the study)")
+    ap.add_argument("--results-dir", default=None, help="overrides the suite's results_dir")
+    ap.add_argument("--again", action="store_true",
+                    help="ask even a probe whose answer is stored (a new engine release)")
+    args = ap.parse_args(argv)
+    try:
+        records = probe_study(args.params, args.study, args.probe, args.results_dir,
+                              args.again, ["specrepro", "probe", *(argv or sys.argv[1:])])
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for r in records:
+        stored = " (stored earlier; --again asks anew)" if r.get("stored") else ""
+        why = f": {r['error']}".split("\n")[0] if r.get("error") else ""
+        print(f"{r['probe']} ({r['profile']}): {r['answer']}{why}{stored}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
