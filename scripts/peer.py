@@ -1,6 +1,8 @@
 """The peer table: engines on the same weights and prompts, autoregressive and at their best
 speculative arm, 1, 8 and 32 streams (issue 17, item 3), from the peer study's stores, as
-lib/specrepro/analysis/peer.py builds it; then the autoregressive targets line by line.
+lib/specrepro/analysis/peer.py builds it; then the autoregressive targets line by line, and
+where each engine's autoregressive time goes (the client's latency beside the engine's own
+histograms).
 
     python scripts/peer.py \\
         --store "embedded=results/h200-embedded/peer-embedded/h200-embedded" \\
@@ -37,10 +39,13 @@ def main(argv=None) -> dict:
     except parity.ParityError as err:
         ap.error(f"--subject: {err}")
     lines = peer.targets(stores, subject)
+    time = peer.time_table(stores)
     print(parity.render(table, args.markdown))
     print()
     print("\n".join(("- " if args.markdown else "  ") + line for line in lines))
-    return {"table": table, "targets": lines}
+    print()
+    print(parity.render(time, args.markdown))
+    return {"table": table, "targets": lines, "time": time}
 
 
 if __name__ == "__main__":

@@ -14,8 +14,10 @@ from specrepro.analysis import parity, peer
 ARMS = ("none", "mtp-k3", "dflash-k7")
 
 
-def store(root: Path, engine: str, rates: dict[tuple[str, int], list[float]]) -> Path:
-    """One engine's peer study: tok/s per (arm, streams), one cell per repeat."""
+def store(root: Path, engine: str, rates: dict[tuple[str, int], list[float]],
+          engine_side: dict | None = None) -> Path:
+    """One engine's peer study: tok/s per (arm, streams), one cell per repeat, with the
+    engine's own histogram means (engine_side) where given."""
     s = results.ResultStore(root / engine, "peer", "run")
     s.begin_session({"params": {"arms": [{"name": a} for a in ARMS]}})
     i = 0
@@ -27,7 +29,8 @@ def store(root: Path, engine: str, rates: dict[tuple[str, int], list[float]]) ->
                            "workload": "gsm8k", "temperature": 0.0, "concurrency": conc,
                            "repeat": rep, "n_prompts": 1, "ended_at": results.now(),
                            "agg_tok_s": v, "ttft_p50_ms": 2.0, "ttft_p95_ms": 3.0,
-                           "acceptance_length": None if arm == "none" else 3.0},
+                           "acceptance_length": None if arm == "none" else 3.0,
+                           "itl_p50_ms": 1.0, "e2e_p50_s": 0.25, **(engine_side or {})},
                           [{"request_idx": 0, "prompt_id": "p", "token_ids": [1]}])
     s.end_session()
     return s.root
@@ -71,4 +74,24 @@ def test_the_script_prints_the_table_and_the_targets(tmp_path, capsys):
     out = load_script("peer").main(["--store", f"embedded={emb}", "--store", f"vLLM={vll}"])
     text = capsys.readouterr().out
     assert "best speculative arm" in text and "2.50x (target >= 1.5x) met" in text
-    assert out["targets"]
+    assert out["targets"] and "Where the autoregressive arm's time goes" in text
+
+
+def test_where_the_time_goes_sets_the_engines_histograms_beside_the_clients(tmp_path):
+    emb = store(tmp_path, "emb", {("none", 1): [1500, 1600]},
+                {"engine_ttft_ms": 1.5, "engine_itl_ms": 0.8, "engine_e2e_ms": 200.0})
+    sgl = store(tmp_path, "sgl", {("none", 1): [700], ("dflash-k7", 1): [900]},
+                {"engine_ttft_ms": 1.2, "engine_queue_ms": 0.1, "engine_itl_ms": 1.1,
+                 "engine_e2e_ms": 230.0, "engine_busy_share": 0.4})
+    old = store(tmp_path, "old", {("mtp-k3", 1): [800]})  # before the histograms were kept
+    stores = [parity.load_store(n, p) for n, p in
+              (("embedded", emb), ("SGLang", sgl), ("vLLM", old))]
+    rows = {r["engine"]: r for r in peer.time_rows(stores)}
+    assert rows["embedded"]["engine TTFT (ms)"] == 1.5
+    assert rows["embedded"]["client end to end p50 (ms)"] == 250.0  # stored in seconds
+    assert rows["embedded"]["engine queue (ms)"] is None  # no such histogram: empty, not 0
+    assert rows["SGLang"]["GPU busy in forward passes (share of the cell)"] == 0.4
+    assert rows["vLLM"]["note"] == "no autoregressive cell at this level"
+    assert rows["vLLM"]["engine TTFT (ms)"] is None
+    table = peer.time_table(stores)
+    assert table.frame.height == 3 and table.caption.startswith("Where the autoregressive")

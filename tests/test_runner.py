@@ -99,6 +99,11 @@ def test_small_sweep_fills_every_column_and_agrees_with_the_counters(
         assert len(c["per_position_acceptance"]) == 3  # the fixture's MTP drafts 3 tokens
         assert sum(c["per_position_acceptance"]) == pytest.approx(c["acceptance_length"] - 1)
         assert c["agg_tok_s"] > 0 and c["ttft_p50_ms"] > 0 and c["itl_p50_ms"] > 0
+        # the engine's own histograms over the cell (vLLM's names on the embedded server:
+        # TTFT, ITL, end to end; no queue or phase histograms, so those stay None)
+        assert c["engine_ttft_ms"] > 0 and c["engine_itl_ms"] > 0 and c["engine_e2e_ms"] > 0
+        assert c["engine_e2e_ms"] > c["engine_ttft_ms"]
+        assert c["engine_queue_ms"] is None and c["engine_busy_share"] is None
         assert c["per_stream_tok_s"] == pytest.approx(c["agg_tok_s"] / c["concurrency"])
         assert c["step_ms"] > 0 and c["repeated_4gram_share"] is not None
         assert c["kv_pool_tokens"] > 0 and c["engine"] == "embedded"

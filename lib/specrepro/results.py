@@ -96,6 +96,10 @@ CELL_SCHEMA: dict[str, pl.DataType] = {
     "kv_pool_tokens": _I,
     "max_concurrency": _F,  # the engine's "Maximum concurrency ... 3.01x"
     "counters_consistent": _B, "warnings": pl.List(_S),
+    # the engine's own latency histograms over the cell, means in ms (harness/engine_latency)
+    "engine_queue_ms": _F, "engine_prefill_ms": _F, "engine_decode_ms": _F,
+    "engine_ttft_ms": _F, "engine_itl_ms": _F, "engine_e2e_ms": _F,
+    "engine_busy_share": _F,  # SGLang: forward-pass seconds over the cell's wall time
 }
 
 REQUEST_SCHEMA: dict[str, pl.DataType] = {
@@ -111,7 +115,10 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
 
 # Columns added after stores were written: a file without one reads it as null.
 ADDED_COLUMNS = {"itl_request_mean_ms",  # issue 16: the peers' inter-token latency
-                 "session_id"}  # 2026-12-02: files named it before rows did (_session_named)
+                 "session_id",  # 2026-12-02: files named it before rows did (_session_named)
+                 # 2026-12-02: the engines' own latency histograms (harness/engine_latency)
+                 "engine_queue_ms", "engine_prefill_ms", "engine_decode_ms", "engine_ttft_ms",
+                 "engine_itl_ms", "engine_e2e_ms", "engine_busy_share"}
 
 # Columns a row must give; every other column defaults to null ([] for warnings).
 CELL_REQUIRED = ("cell_id", "attempt", "status")

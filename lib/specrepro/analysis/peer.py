@@ -90,6 +90,48 @@ def table(stores: list[parity.Store], subject: str) -> Table:
         f"repeats), and {me.name}'s throughput over each engine's (a ratio)"))
 
 
+# where the autoregressive arm's time goes: the client's figures, then the engine's own
+# histograms over the same cells (harness/engine_latency.py), means over repeats
+TIME_COLUMNS = {
+    "client TTFT p50 (ms)": "ttft_p50_ms",
+    "engine TTFT (ms)": "engine_ttft_ms",
+    "engine queue (ms)": "engine_queue_ms",
+    "engine prefill (ms)": "engine_prefill_ms",
+    "engine decode (ms)": "engine_decode_ms",
+    "client ITL p50 (ms, per token)": "itl_p50_ms",
+    "engine ITL (ms; per step: vLLM, embedded; per token: SGLang)": "engine_itl_ms",
+    "client end to end p50 (ms)": "e2e_p50_s",
+    "engine end to end (ms)": "engine_e2e_ms",
+    "GPU busy in forward passes (share of the cell)": "engine_busy_share",
+}
+
+
+def time_rows(stores: list[parity.Store]) -> list[dict]:
+    """Per engine and level, where the autoregressive arm's time goes: the client's TTFT,
+    ITL and end-to-end figures beside the engine's own histogram means (None where the
+    engine keeps no such histogram, or the store predates them)."""
+    out = []
+    for level in _levels(stores):
+        for s in stores:
+            ar = parity._at(s, {**level, "arm": NONE_ARM})
+            row = {**parity._levels(level), "engine": s.name}
+            for title, col in TIME_COLUMNS.items():
+                v = parity._mean(ar, col) if ar.height and col in ar.columns else None
+                row[title] = 1000.0 * v if v is not None and col == "e2e_p50_s" else v
+            row["note"] = "" if ar.height else "no autoregressive cell at this level"
+            out.append(row)
+    return out
+
+
+def time_table(stores: list[parity.Store]) -> Table:
+    return parity._shape(time_rows(stores), (
+        "Where the autoregressive arm's time goes, per engine and level: the client's TTFT, "
+        "inter-token and end-to-end latency beside the engine's own histograms over the same "
+        "cells (queue, prefill and decode are vLLM's per-request phases; SGLang counts its "
+        "GPU's forward-pass seconds), means over repeats; empty where an engine keeps no "
+        "such histogram"))
+
+
 def targets(stores: list[parity.Store], subject: str,
             wanted: dict[int, float] = TARGETS) -> list[str]:
     """The issue's autoregressive targets, one line each: met, missed (with the ratio) or

@@ -19,7 +19,9 @@ Design:
 - Latency (`latency_fields`): TTFT and end-to-end percentiles, and inter-token latency two
   ways, each named: `itl_p50_ms`, the token-weighted median of per-token gaps (a chunk of m
   tokens gives m gaps of gap/m), and `itl_request_mean_ms`, the per-request mean that
-  guidellm and `vllm bench serve` report (metrics.request_mean_itl_s).
+  guidellm and `vllm bench serve` report (metrics.request_mean_itl_s). Beside them, the
+  engine's own histograms over the same scrapes (`engine_*_ms`, harness/engine_latency.py):
+  queue, prefill, decode, TTFT, ITL and end to end as the engine stamped them.
 - Counter deltas that do not match the tokens the client saw (another client's traffic, a
   restart) set `counters_consistent=False` with a warning (`consistency`); `/metrics`
   missing leaves what it feeds empty, with a warning naming the URL and those
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from specrepro import metrics
 from specrepro.grading import grade_gsm8k
-from specrepro.harness import power, promtext
+from specrepro.harness import engine_latency, power, promtext
 from specrepro.harness.loadgen import LoadResult, RequestRecord
 from specrepro.harness.process import StartupInfo
 from specrepro.params import Cell, ResolvedStudy
@@ -359,6 +361,8 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
         "prompt_tokens": sum(r.prompt_tokens or 0 for r in ok), "output_tokens": output_tokens,
         "wall_s": result.wall_s, "agg_tok_s": agg, "per_stream_tok_s": per_stream,
         **latency_fields(records), **acc,
+        **engine_latency.fields(result.before, getattr(result, "window" if window else "after"),
+                                eng.family, result.wall_s),
         "step_ms": metrics.step_ms(step_len, per_stream),
         "repeated_4gram_share": repetition(records),
         "power_w_mean": report.power_w_mean, "energy_j": report.energy_j,

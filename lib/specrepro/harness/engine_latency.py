@@ -1,0 +1,88 @@
+"""The engines' own latency histograms over a cell: where a request's time went, as the
+engine saw it (beside the client's TTFT and inter-token latency, harness/cells.py).
+
+Design:
+- A Prometheus histogram keeps a running `<name>_sum` and `<name>_count`; between the cell's
+  two `/metrics` scrapes (the same ones the acceptance counters come from, loadgen.py) their
+  differences give the mean of what the engine observed in that span: Δsum / Δcount,
+  summed over label sets (engines, ranks), as promtext sums its counters.
+- Which histograms, per engine family (`HISTOGRAMS`, names read from each release's own
+  metrics code: vLLM 0.26.0 `v1/metrics/loggers.py`, SGLang 0.5.14
+  `observability/metrics_collector.py`; the embedded engine exports vLLM's TTFT, ITL and
+  end-to-end names, embedded/server_metrics.py):
+  - queue: waiting before the first schedule; prefill and decode: the request's time in
+    each phase (vLLM only); ttft and e2e: first token and whole request, as the engine
+    stamps them (the client's own figures add HTTP, detokenizing and streaming);
+  - itl: vLLM observes one gap per output chunk (an engine step, which carries several
+    tokens under speculation), SGLang one per token: the two are named apart in the
+    tables, never compared as one figure.
+- SGLang also counts the seconds its GPU spent in forward passes
+  (`sglang:forward_execution_seconds_total`): over the cell's wall time that is the share
+  of the span the GPU was busy (`engine_busy_share`); the others have no such counter.
+- A histogram the scrape lacks gives None, never 0. SGLang's multiprocess metrics show a
+  series only once observed: missing before and present after counts from zero
+  (promtext.COUNTERS_APPEAR_ON_FIRST_USE). A count that went down (a restart) gives None;
+  promtext's counter check already warns of it.
+"""
+from __future__ import annotations
+
+from specrepro.harness import promtext
+
+# phase -> histogram name, per engine family
+HISTOGRAMS: dict[str, dict[str, str]] = {
+    "vllm": {"queue": "vllm:request_queue_time_seconds",
+             "prefill": "vllm:request_prefill_time_seconds",
+             "decode": "vllm:request_decode_time_seconds",
+             "ttft": "vllm:time_to_first_token_seconds",
+             "itl": "vllm:inter_token_latency_seconds",
+             "e2e": "vllm:e2e_request_latency_seconds"},
+    "sglang": {"queue": "sglang:queue_time_seconds",
+               "ttft": "sglang:time_to_first_token_seconds",
+               "itl": "sglang:inter_token_latency_seconds",
+               "e2e": "sglang:e2e_request_latency_seconds"},
+    "generic": {},
+}
+BUSY_SECONDS = {"sglang": "sglang:forward_execution_seconds_total"}
+PHASES = ("queue", "prefill", "decode", "ttft", "itl", "e2e")
+COLUMNS = (*(f"engine_{p}_ms" for p in PHASES), "engine_busy_share")
+
+
+def _sum_count(found: dict, name: str) -> tuple[float, float] | None:
+    sums, counts = found.get(f"{name}_sum"), found.get(f"{name}_count")
+    if sums is None or counts is None:
+        return None
+    return sum(v for _, v in sums), sum(v for _, v in counts)
+
+
+def _total(found: dict, name: str) -> float | None:
+    rows = found.get(name)
+    return None if rows is None else sum(v for _, v in rows)
+
+
+def fields(before: str | None, after: str | None, family: str,
+           wall_s: float | None) -> dict[str, float | None]:
+    """The cells row's engine-side columns (COLUMNS) from two scrapes' texts; all None
+    where a scrape is missing or the family has no histograms (the transformers peer)."""
+    out: dict[str, float | None] = dict.fromkeys(COLUMNS)
+    fam = promtext.ENGINE_FAMILY.get(family)
+    if fam is None or before is None or after is None:
+        return out
+    lazy = fam in promtext.COUNTERS_APPEAR_ON_FIRST_USE
+    old, new = promtext.samples(before), promtext.samples(after)
+    for phase, name in HISTOGRAMS[fam].items():
+        b, a = _sum_count(old, name), _sum_count(new, name)
+        if b is None and a is not None and lazy:
+            b = (0.0, 0.0)
+        if a is None or b is None:
+            continue
+        d_sum, d_count = a[0] - b[0], a[1] - b[1]
+        if d_count > 0 and d_sum >= 0:
+            out[f"engine_{phase}_ms"] = 1000.0 * d_sum / d_count
+    busy = BUSY_SECONDS.get(fam)
+    if busy is not None and wall_s:
+        b, a = _total(old, busy), _total(new, busy)
+        if b is None and a is not None and lazy:
+            b = 0.0
+        if a is not None and b is not None and a >= b:
+            out["engine_busy_share"] = (a - b) / wall_s
+    return out
