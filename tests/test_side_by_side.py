@@ -5,6 +5,7 @@ log lines; and scripts/run_arms_side_by_side.sh end to end on the embedded engin
 
 from __future__ import annotations
 
+import gzip
 import json
 import multiprocessing
 import os
@@ -306,6 +307,10 @@ def test_the_gpu_measuring_script_checks_its_arguments_and_runs_a_study(tmp_path
     with tarfile.open(tmp_path / "a.tar.gz") as tar:
         assert any(n.startswith("tiny_study/standalone/cells/") for n in tar.getnames())
         manifest = json.load(tar.extractfile("tiny_study/standalone/manifest.json"))
+        # the launch's last /metrics beside its log, every family whole
+        scraped = gzip.decompress(tar.extractfile(
+            "tiny_study/standalone/logs/none--tiny.metrics.txt.gz").read()).decode()
+    assert "vllm:time_to_first_token_seconds_sum" in scraped
     (asked,) = [r for s in manifest["sessions"] for r in s.get("probes") or []]
     assert asked["probe"] == "serves" and asked["answer"] == "serves"
     out = run(rel, "60", "a.tar.gz", "--probe")

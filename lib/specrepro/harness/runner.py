@@ -430,6 +430,9 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
                     ctx_left.bar.update(len(cells_left))
                 break
     finally:
+        # the launch's last /metrics, every family whole (the cells keep only what they
+        # read): beside its log as <arm>--<profile>.metrics.txt.gz, one member per launch
+        final = eng.scrape() if log is not None and eng.alive() else None
         eng.stop()
         if pinned:
             process.restore(saved, cpus)
@@ -438,6 +441,14 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
             for path in copies:  # each store keeps the log of every engine its cells ran on
                 append_log(path, text)
             pack_log(log)
+        if final:
+            for path in (log, *copies):
+                append_log(metrics_name(path), final)
+
+
+def metrics_name(log: Path) -> Path:
+    """Where a launch's last /metrics text goes beside its log (`.metrics.txt`, gzipped)."""
+    return log.with_name(log.name.removesuffix(".log") + ".metrics.txt")
 
 
 def run_arm(ctx: _Run, eng: ArmEngine, cells: Sequence[Cell]) -> None:
