@@ -22,6 +22,7 @@ from specrepro.grading import grade_gsm8k
 from specrepro.harness import process, promtext
 from specrepro.harness.run_command import main, resolve
 from specrepro.harness.runner import IGNORE_EOS_WARNING, run_study
+from specrepro.params import ParamsError
 from specrepro.results import ResultStore, load_attempts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -715,3 +716,23 @@ def test_launch_groups_run_each_studys_baseline_before_its_other_arms():
     d = ctx("D", "r2", ("r2", "pr"), ("q2", "pq"))
     got = [[(c_.study.name, arm.name) for c_, arm in g] for g in launch_groups([c, d])]
     assert got == [[("C", "q"), ("D", "q2")], [("C", "r"), ("D", "r2")]]
+
+
+def test_engine_filter_runs_only_the_arms_whose_engine_is_staged(embedded_server, params_dir,
+                                                                 tmp_path):
+    """`--engine`: a machine with one engine staged measures that engine's arms and leaves
+    the others' cells for a machine that has theirs; an engine no arm runs on is named."""
+    attach_profile(params_dir, "served", embedded_server, served_model(embedded_server))
+    write(params_dir / "profiles" / "elsewhere.yaml", {
+        "engine": "embedded", "command": ["{python}", "-m", "specrepro.embedded.serve"],
+        "model": {"id": str(tmp_path / "never-started"), "revision": None}})
+    path = study(params_dir, [{"name": "base", "profile": "served"},
+                              {"name": "later", "profile": "elsewhere"}])
+    summary, store = run(path, tmp_path, engines_=["attach"])
+    assert (summary.ok, summary.failed, summary.errors) == (1, 0, [])
+    assert store.load_cells()["arm"].to_list() == ["base"]
+    (session,) = store.manifest()["sessions"]
+    assert session["arms_run"] == ["base"]
+    with pytest.raises(ParamsError, match=r"--engine: expected an engine the arms of "
+                                          r"tiny_sweep run on \(attach, embedded\), found 'vllm'"):
+        run(path, tmp_path, engines_=["vllm"])

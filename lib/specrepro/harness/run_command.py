@@ -53,6 +53,7 @@ EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3}  # which of two exit statuses w
 
 def main(argv: list[str] | None = None) -> int:
     """`specrepro run params/<suite or study>.yaml [--notebook ID ...] [--arm NAME ...]
+    [--engine NAME ...]
     [--results-dir DIR] [--fresh] [--deadline-s S | --until TIME] [--cell-bound-s S]
     [--archive PATH]`."""
     ap = argparse.ArgumentParser(prog="specrepro run",
@@ -63,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="only this notebook's study, or a study of the suite's `studies:` "
                          "(run only when named); repeatable: the studies run together, one "
                          "engine start for the arms that resolve to the same profile")
+    ap.add_argument("--engine", action="append", default=[],
+                    help="only the arms whose profile runs on this engine (repeatable: vllm, "
+                         "sglang, embedded, ...): the engines a machine has staged; the "
+                         "others' cells wait for a machine that has theirs")
     ap.add_argument("--arm", action="append", default=[],
                     help="only this arm's cells (repeatable): several `specrepro run --arm` "
                          "processes may share one store, e.g. acceptance-only arms sharing "
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                                 command=["specrepro", "run", *(argv or sys.argv[1:])],
                                 deadline=deadline,
                                 archive=Archive(args.archive) if args.archive else None,
-                                arms=args.arm)
+                                arms=args.arm, engines_=args.engine)
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

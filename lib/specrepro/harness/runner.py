@@ -240,14 +240,18 @@ def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
                 root: Path | str = ".", fresh: bool = False, progress: bool = True,
                 power_interval_s: float = 2.0, request_timeout_s: float = 600.0,
                 command: list[str] | None = None, deadline: Deadline | None = None,
-                archive: Archive | None = None, arms: Sequence[str] = ()) -> list[RunSummary]:
+                archive: Archive | None = None, arms: Sequence[str] = (),
+                engines_: Sequence[str] = ()) -> list[RunSummary]:
     """Measure every cell the stores lack of the studies given (of the named arms only,
-    where `arms` names some), one engine per launch group (`launch_groups`), before the
-    deadline if one is given, rewriting the archive as it goes; one summary per study, in
-    order. See the module docstring."""
+    where `arms` names some; of the arms whose profile runs on one of `engines_` only,
+    where it names some: the engines staged on this machine), one engine per launch group
+    (`launch_groups`), before the deadline if one is given, rewriting the archive as it
+    goes; one summary per study, in order. See the module docstring."""
     for study, _ in plans:
         check_arms(study, arms)
-    chosen = [set(arms or [a.name for a in study.arms]) for study, _ in plans]
+    check_engines([study for study, _ in plans], engines_)
+    chosen = [{a.name for a in study.arms if (not arms or a.name in arms)
+               and (not engines_ or a.resolved.engine in engines_)} for study, _ in plans]
     bar = tqdm(total=sum(1 for (study, _), names in zip(plans, chosen)
                          for c in study.cells() if c.arm.name in names),
                desc=" + ".join(study.name for study, _ in plans), unit="cell",
@@ -271,6 +275,18 @@ def check_arms(study: ResolvedStudy, arms: Sequence[str]) -> None:
     if unknown:
         raise ParamsError([Problem(study.source, "arms", f"--arm: expected an arm of study "
                                    f"{study.name} ({', '.join(names)}), found {unknown[0]!r}")])
+
+
+def check_engines(studies: Sequence[ResolvedStudy], engines_: Sequence[str]) -> None:
+    """ParamsError naming the first of `engines_` (--engine) that no arm of the studies
+    runs on, with the engines they do run on."""
+    have = sorted({a.resolved.engine for st in studies for a in st.arms})
+    unknown = [e for e in engines_ if e not in have]
+    if unknown:
+        names = ", ".join(st.name for st in studies)
+        raise ParamsError([Problem(studies[0].source if len(studies) == 1 else "--engine",
+                                   "arms", f"--engine: expected an engine the arms of {names} "
+                                   f"run on ({', '.join(have)}), found {unknown[0]!r}")])
 
 
 def launch_groups(ctxs: Sequence[_Run]) -> list[list[tuple[_Run, ResolvedArm]]]:
