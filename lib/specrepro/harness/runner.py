@@ -447,7 +447,8 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
                 break
     finally:
         # the launch's last /metrics, every family whole (the cells keep only what they
-        # read): beside its log as <arm>--<profile>.metrics.txt.gz, one member per launch
+        # read): beside its log in the launching study's store (not copied to the studies
+        # that rode on it: some 10 KB gzipped a launch), <arm>--<profile>.metrics.txt.gz
         final = eng.scrape() if log is not None and eng.alive() else None
         eng.stop()
         if pinned:
@@ -458,8 +459,7 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
                 append_log(path, text)
             pack_log(log)
         if final:
-            for path in (log, *copies):
-                append_log(metrics_name(path), final)
+            append_log(metrics_name(log), final)
 
 
 def metrics_name(log: Path) -> Path:
