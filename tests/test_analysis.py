@@ -154,9 +154,16 @@ def test_launched_vllm_and_sglang_arms_are_never_measured_on_a_machine_without_a
         assert "vLLM or SGLang" in finding_mod.cannot_measure_here(study)
     from types import SimpleNamespace as NS
 
-    attached = NS(arms=[NS(name="proxy", resolved=NS(engine="attach", flags={})),
-                        NS(name="local", resolved=NS(engine="embedded", flags={"device": "cpu"}))])
-    assert finding_mod.cuda_arms(attached) == []
+    model = {"id": "m", "revision": None}
+    proxy = params.Profile.model_validate({"name": "proxy", "engine": "attach",
+                                           "url": "http://127.0.0.1:1", "model": model})
+    local = params.Profile.model_validate({"name": "local", "engine": "embedded",
+                                           "model": model, "flags": {"device": "cpu"}})
+    cuda = params.Profile.model_validate({"name": "cuda", "engine": "embedded",
+                                          "model": model, "flags": {"device": "cuda:0"}})
+    attached = NS(arms=[NS(name="proxy", resolved=proxy), NS(name="local", resolved=local),
+                        NS(name="gpu", resolved=cuda)])
+    assert finding_mod.cuda_arms(attached) == ["gpu"]
 
 
 def test_auto_replays_a_complete_store_and_measures_a_partial_one(tmp_path, monkeypatch):

@@ -173,3 +173,16 @@ def test_the_committed_store_holds_the_vllm_probes_answer():
     assert (store.root / row["log"]).is_file()
     log = json.dumps(row)
     assert "/var/tmp" not in log
+
+
+def test_a_gpu_probe_is_never_answered_on_a_machine_without_one(tmp_path, capsys, monkeypatch):
+    """vLLM not starting on a CPU machine says nothing of vLLM: refused, nothing stored."""
+    from specrepro import provenance
+
+    monkeypatch.setattr(provenance, "gpu_info", lambda: {"gpus": [], "note": "no NVML"})
+    assert probe_command.main([str(ROOT / "params" / "h200-engines.yaml"), "--study",
+                               "05_fp8_drafter_gates", "--results-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert ("probes vllm-online-fp8, vllm-online-fp8-per-tensor start their engine on a GPU"
+            in err and "this machine has no NVIDIA GPU" in err)
+    assert not any(tmp_path.iterdir())

@@ -260,15 +260,12 @@ def missing_text(study: ResolvedStudy, missing: pl.DataFrame) -> str:
     return "; ".join(parts)
 
 
-GPU_ENGINES = ("vllm", "sglang")  # engines the harness launches only on a GPU machine
 
 
 def cuda_arms(study: ResolvedStudy) -> list[str]:
     """The arms whose engine needs an NVIDIA GPU: run with `--device cuda`, or a vLLM or
     SGLang the harness launches (an attached one is wherever its URL is)."""
-    return [a.name for a in study.arms
-            if str((a.resolved.flags or {}).get("device", "")).startswith("cuda")
-            or a.resolved.engine in GPU_ENGINES]
+    return [a.name for a in study.arms if a.resolved.needs_gpu]
 
 
 def devices(study: ResolvedStudy, arms=None) -> set[str]:

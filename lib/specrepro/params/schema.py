@@ -123,6 +123,9 @@ class Hardware(Strict):
     power_limit_w: PositiveFloat | None = None
 
 
+GPU_ENGINES = ("vllm", "sglang")  # engines the harness launches only on a GPU machine
+
+
 class Profile(Strict):
     """One engine configuration: how to start it, with which flags, on which hardware."""
 
@@ -205,6 +208,13 @@ class Profile(Strict):
     def method(self) -> str:
         """The speculative method, or 'none' for plain autoregressive decoding."""
         return self.speculative.method if self.speculative else "none"
+
+    @property
+    def needs_gpu(self) -> bool:
+        """Whether its engine needs an NVIDIA GPU: run with `--device cuda`, or a vLLM or
+        SGLang the harness launches (an attached one is wherever its URL is)."""
+        return (str((self.flags or {}).get("device", "")).startswith("cuda")
+                or self.engine in GPU_ENGINES)
 
 
 
