@@ -36,7 +36,9 @@ RULES: dict[str, tuple[str, ...]] = {
                            "specrepro.params", "specrepro.results", *SHARED),
     # a gate names a column of the results tables
     "specrepro.params": ("specrepro.params", "specrepro.results", *SHARED),
-    "specrepro.results": ("specrepro.results", "specrepro.store_sharing", *SHARED),
+    "specrepro.results": ("specrepro.results", "specrepro.store_sharing",
+                          "specrepro.results_schema", *SHARED),
+    "specrepro.results_schema": (),  # the tables' columns: polars types only
     "specrepro.store_sharing": (),
     # a store made ready to commit: rewrites what results.py wrote
     "specrepro.compaction": ("specrepro.compaction", "specrepro.results",
