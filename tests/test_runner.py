@@ -736,3 +736,23 @@ def test_engine_filter_runs_only_the_arms_whose_engine_is_staged(embedded_server
     with pytest.raises(ParamsError, match=r"--engine: expected an engine the arms of "
                                           r"tiny_sweep run on \(attach, embedded\), found 'vllm'"):
         run(path, tmp_path, engines_=["vllm"])
+
+
+def test_gpu_arms_are_refused_on_a_machine_without_a_gpu(tmp_path, capsys, monkeypatch):
+    """`specrepro run` of a suite whose arms launch vLLM, on a machine NVML sees no GPU on:
+    nothing runs and nothing is stored (a start that can only fail is no measurement)."""
+    from specrepro import provenance
+
+    monkeypatch.setattr(provenance, "gpu_info", lambda: {"gpus": [], "note": "no NVML"})
+    suite = str(Path(__file__).resolve().parents[1] / "params" / "h200-engines.yaml")
+    assert main([suite, "--notebook", "07_the_bill", "--results-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert ("arms none of 07_the_bill, mtp-control of 07_the_bill, dflash-k7 of 07_the_bill "
+            "start their engine on a GPU" in err and "no NVIDIA GPU that NVML sees (no NVML)"
+            in err)
+    assert not any(tmp_path.iterdir())
+    # --engine that leaves no GPU arm chosen passes the check (and names a bad engine)
+    assert main([suite, "--notebook", "07_the_bill", "--engine", "embedded",
+                 "--results-dir", str(tmp_path)]) == 2
+    assert "--engine: expected an engine the arms of 07_the_bill run on (vllm)" in \
+        capsys.readouterr().err

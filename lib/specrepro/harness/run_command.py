@@ -14,8 +14,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from specrepro import provenance
 from specrepro.harness.deadline import Archive, deadline_of, seconds_arg, zoned_time_arg
-from specrepro.harness.runner import EX_TEMPFAIL, run_studies
+from specrepro.harness.runner import EX_TEMPFAIL, chosen_arms, run_studies
 from specrepro.params import (
     ParamsError,
     Problem,
@@ -49,6 +50,28 @@ def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[Resol
 
 
 EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3}  # which of two exit statuses wins
+
+
+def no_gpu_here(studies: Sequence[ResolvedStudy], arms: Sequence[str],
+                engines_: Sequence[str]) -> None:
+    """ParamsError when arms chosen to run start their engine on a GPU and NVML sees none
+    here: a start that can only fail would go into the store as a failed attempt (and a
+    probe's profile would read it as the engine's answer), so nothing is run."""
+    chosen = chosen_arms(studies, arms, engines_)
+    gpu = [f"{a.name} of {st.name}" for st, names in zip(studies, chosen, strict=True)
+           for a in st.arms if a.name in names and a.resolved.needs_gpu]
+    if not gpu:
+        return
+    info = provenance.gpu_info()
+    if info.get("gpus"):
+        return
+    note = f" ({info['note']})" if info.get("note") else ""
+    shown = ", ".join(gpu[:4]) + (f" and {len(gpu) - 4} more" if len(gpu) > 4 else "")
+    raise ParamsError([Problem(studies[0].source, "arms", f"arms {shown} start their engine "
+                               "on a GPU (--device cuda, or vLLM or SGLang) and this machine "
+                               f"has no NVIDIA GPU that NVML sees{note}; nothing was run: "
+                               "run them on a GPU machine, or choose others with --arm or "
+                               "--engine")])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
                  f"{args.archive.parent}")
     try:
         plans = resolve(args.params, args.notebook)
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        no_gpu_here([study for study, _, _ in plans], args.arm, args.engine)
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -247,11 +247,7 @@ def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
     where it names some: the engines staged on this machine), one engine per launch group
     (`launch_groups`), before the deadline if one is given, rewriting the archive as it
     goes; one summary per study, in order. See the module docstring."""
-    for study, _ in plans:
-        check_arms(study, arms)
-    check_engines([study for study, _ in plans], engines_)
-    chosen = [{a.name for a in study.arms if (not arms or a.name in arms)
-               and (not engines_ or a.resolved.engine in engines_)} for study, _ in plans]
+    chosen = chosen_arms([study for study, _ in plans], arms, engines_)
     bar = tqdm(total=sum(1 for (study, _), names in zip(plans, chosen)
                          for c in study.cells() if c.arm.name in names),
                desc=" + ".join(study.name for study, _ in plans), unit="cell",
@@ -266,6 +262,17 @@ def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
     with ctrl_c_raises():
         _run_all(ctxs, Path(root), command)
     return [ctx.summary for ctx in ctxs]
+
+
+def chosen_arms(studies: Sequence[ResolvedStudy], arms: Sequence[str] = (),
+                engines_: Sequence[str] = ()) -> list[set[str]]:
+    """Per study, the arms a run measures: those named (--arm; all where none is) whose
+    profile runs on an engine named (--engine; any where none is); names checked first."""
+    for study in studies:
+        check_arms(study, arms)
+    check_engines(studies, engines_)
+    return [{a.name for a in study.arms if (not arms or a.name in arms)
+             and (not engines_ or a.resolved.engine in engines_)} for study in studies]
 
 
 def check_arms(study: ResolvedStudy, arms: Sequence[str]) -> None:
