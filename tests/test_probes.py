@@ -186,3 +186,18 @@ def test_a_gpu_probe_is_never_answered_on_a_machine_without_one(tmp_path, capsys
     assert ("probes vllm-online-fp8, vllm-online-fp8-per-tensor start their engine on a GPU"
             in err and "this machine has no NVIDIA GPU" in err)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_study_with_no_cells_says_what_its_probes_answered():
+    """05 on the H200 suite has no cells yet (its arms moved to SGLang): the replay's error
+    carries the probes' stored answers, so the reader learns why."""
+    from specrepro import pipeline
+    from specrepro.analysis.finding import FindingError
+
+    with pytest.raises(FindingError) as err:
+        pipeline.load_finding(str(ROOT / "params" / "h200-engines.yaml"),
+                              "05_fp8_drafter_gates", "replay")
+    text = str(err.value)
+    assert ("its probes, from the store: vLLM 0.26.0, drafter quantization fp8 "
+            "(vllm-0.26-dflash-k7-fp8-drafter): does not start (profile") in text
+    assert "ValueError: hf_overrides must be a dict for get_quant_config" in text

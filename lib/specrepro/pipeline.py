@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specrepro import results
+from specrepro.analysis import probes
 from specrepro.analysis.finding import (
     MODES,
     Finding,
@@ -123,8 +124,20 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
             f"`specrepro run "
             f"{suite_file} --notebook {notebook_id}`; its cells are stored under "
             f"{_shown(store_root.parent)}/"
-            + missing_local_folders(study))
+            + missing_local_folders(study) + probe_answers(study, base, suite.run_id, suite_file))
     return from_store(notebook_id, study, suite, store_root, stored, measured, why_not)
+
+
+def probe_answers(study: ResolvedStudy, base: Path, run_id: str, suite_file: str) -> str:
+    """The study's probes and their stored answers, for a study with no cells to show
+    (e.g. an arm moved to another engine once a probe said this one does not start)."""
+    store = results.ResultStore(base, study.name, run_id)
+    if not study.probes or not store.manifest_path.is_file():
+        return ""
+    rows = probes.answers(study, store.manifest(), suite_file).iter_rows(named=True)
+    return "; its probes, from the store: " + "; ".join(
+        f"{r['probe']} ({r['profile']}): {r['answer']}" + (f" ({r['why']})" if r["why"] else "")
+        for r in rows) + "."
 
 
 def _shown(path: Path) -> str:
