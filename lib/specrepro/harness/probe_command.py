@@ -98,7 +98,7 @@ def probe_study(params: str, study_id: str, names: list[str], results_dir: str |
     gpu = [p.name for p in probes if p.resolved.needs_gpu]
     if gpu and not provenance.gpu_info().get("gpus"):
         # an engine that cannot start here is no answer about the engine: never store one
-        raise ParamsError([Problem(study.source, "probes", f"probes {', '.join(gpu)} start "
+        raise ParamsError([Problem(str(params), "probes", f"probes {', '.join(gpu)} start "
                                    "their engine on a GPU (--device cuda, or vLLM or SGLang) "
                                    "and this machine has no NVIDIA GPU that NVML sees: ask "
                                    "them on one that has")])

@@ -52,7 +52,7 @@ def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[Resol
 EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3}  # which of two exit statuses wins
 
 
-def no_gpu_here(studies: Sequence[ResolvedStudy], arms: Sequence[str],
+def no_gpu_here(params: str, studies: Sequence[ResolvedStudy], arms: Sequence[str],
                 engines_: Sequence[str]) -> None:
     """ParamsError when arms chosen to run start their engine on a GPU and NVML sees none
     here: a start that can only fail would go into the store as a failed attempt (and a
@@ -67,7 +67,7 @@ def no_gpu_here(studies: Sequence[ResolvedStudy], arms: Sequence[str],
         return
     note = f" ({info['note']})" if info.get("note") else ""
     shown = ", ".join(gpu[:4]) + (f" and {len(gpu) - 4} more" if len(gpu) > 4 else "")
-    raise ParamsError([Problem(studies[0].source, "arms", f"arms {shown} start their engine "
+    raise ParamsError([Problem(str(params), "arms", f"arms {shown} start their engine "
                                "on a GPU (--device cuda, or vLLM or SGLang) and this machine "
                                f"has no NVIDIA GPU that NVML sees{note}; nothing was run: "
                                "run them on a GPU machine, or choose others with --arm or "
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        no_gpu_here([study for study, _, _ in plans], args.arm, args.engine)
+        no_gpu_here(args.params, [study for study, _, _ in plans], args.arm, args.engine)
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
