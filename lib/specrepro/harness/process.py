@@ -131,28 +131,27 @@ def startup_error(text: str) -> str | None:
 # ------------------------------------------------------------------------------ HTTP
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of a GET; status 0 when nothing answers."""
+def _answer(request: str | urllib.request.Request, timeout: float) -> tuple[int, bytes]:
+    """(status, body) of one request; status 0 when nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return 0, b""
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of a GET; status 0 when nothing answers."""
+    return _answer(url, timeout)
 
 
 def http_post(url: str, body: bytes = b"{}", timeout: float = 5.0) -> tuple[int, bytes]:
     """(status, body) of a POST of a JSON body; status 0 when nothing answers."""
-    req = urllib.request.Request(url, data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return 0, b""
+    return _answer(urllib.request.Request(url, data=body, method="POST",
+                                          headers={"Content-Type": "application/json"}),
+                   timeout)
 
 
 def http_json(url: str, timeout: float = 5.0) -> Any:
