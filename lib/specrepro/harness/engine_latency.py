@@ -48,15 +48,8 @@ COLUMNS = (*(f"engine_{p}_ms" for p in PHASES), "engine_busy_share")
 
 
 def _sum_count(found: dict, name: str) -> tuple[float, float] | None:
-    sums, counts = found.get(f"{name}_sum"), found.get(f"{name}_count")
-    if sums is None or counts is None:
-        return None
-    return sum(v for _, v in sums), sum(v for _, v in counts)
-
-
-def _total(found: dict, name: str) -> float | None:
-    rows = found.get(name)
-    return None if rows is None else sum(v for _, v in rows)
+    s, n = promtext.total(found, f"{name}_sum"), promtext.total(found, f"{name}_count")
+    return None if s is None or n is None else (s, n)
 
 
 def fields(before: str | None, after: str | None, family: str,
@@ -80,7 +73,7 @@ def fields(before: str | None, after: str | None, family: str,
             out[f"engine_{phase}_ms"] = 1000.0 * d_sum / d_count
     busy = BUSY_SECONDS.get(fam)
     if busy is not None and wall_s:
-        b, a = _total(old, busy), _total(new, busy)
+        b, a = promtext.total(old, busy), promtext.total(new, busy)
         if b is None and a is not None and lazy:
             b = 0.0
         if a is not None and b is not None and a >= b:

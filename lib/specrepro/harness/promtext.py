@@ -131,7 +131,8 @@ def samples(text: str) -> dict[str, list[tuple[Labels, float]]]:
     return out
 
 
-def _total(found: dict, name: str) -> float | None:
+def total(found: dict, name: str) -> float | None:
+    """A sample summed over its label sets; None when the scrape lacks it."""
     rows = found.get(name)
     return None if rows is None else sum(value for _, value in rows)
 
@@ -183,7 +184,7 @@ def parse(text: str, engine: str) -> SpecCounters:
         elif field_name == "kv_pool_tokens":
             values[field_name] = _kv_pool_tokens(found, metric)
         else:
-            values[field_name] = _total(found, metric)
+            values[field_name] = total(found, metric)
     return SpecCounters(engine=engine, **values)
 
 
