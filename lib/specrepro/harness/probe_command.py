@@ -21,12 +21,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from specrepro import identity, provenance, results
+from specrepro import identity, results
 from specrepro.compaction import pack_log
 from specrepro.harness import engines, process
 from specrepro.harness.arm_engine import log_name, placement_for, start_engine
 from specrepro.harness.loadgen import LoadGenerator
-from specrepro.harness.run_command import resolve
+from specrepro.harness.run_command import refuse_without_gpu, resolve
 from specrepro.harness.runner import load_config
 from specrepro.params import ParamsError, Problem, ResolvedProbe, ResolvedStudy
 from specrepro.results import ResultStore
@@ -95,13 +95,9 @@ def probe_study(params: str, study_id: str, names: list[str], results_dir: str |
     """Ask the chosen probes of one study (those unanswered, or all with `again`)."""
     (study, default_dir, run_id), = resolve(params, [study_id])
     probes = chosen_probes(study, names)
-    gpu = [p.name for p in probes if p.resolved.needs_gpu]
-    if gpu and not provenance.gpu_info().get("gpus"):
-        # an engine that cannot start here is no answer about the engine: never store one
-        raise ParamsError([Problem(str(params), "probes", f"probes {', '.join(gpu)} start "
-                                   "their engine on a GPU (--device cuda, or vLLM or SGLang) "
-                                   "and this machine has no NVIDIA GPU that NVML sees: ask "
-                                   "them on one that has")])
+    # an engine that cannot start here is no answer about the engine: never store one
+    refuse_without_gpu(params, "probes", [p.name for p in probes if p.resolved.needs_gpu],
+                       "--probe")
     store = ResultStore(Path(results_dir) if results_dir else default_dir, study.name, run_id)
     out = []
     todo = []

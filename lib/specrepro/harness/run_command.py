@@ -58,20 +58,25 @@ def no_gpu_here(params: str, studies: Sequence[ResolvedStudy], arms: Sequence[st
     here: a start that can only fail would go into the store as a failed attempt (and a
     probe's profile would read it as the engine's answer), so nothing is run."""
     chosen = chosen_arms(studies, arms, engines_)
-    gpu = [f"{a.name} of {st.name}" for st, names in zip(studies, chosen, strict=True)
-           for a in st.arms if a.name in names and a.resolved.needs_gpu]
-    if not gpu:
+    refuse_without_gpu(params, "arms", [
+        f"{a.name} of {st.name}" for st, names in zip(studies, chosen, strict=True)
+        for a in st.arms if a.name in names and a.resolved.needs_gpu], "--arm or --engine")
+
+
+def refuse_without_gpu(params: str, key: str, names: Sequence[str], others: str) -> None:
+    """ParamsError naming the `key` (arms, probes) that would start their engine on a GPU
+    when NVML sees none on this machine; `others` says which options choose the rest."""
+    if not names:
         return
     info = provenance.gpu_info()
     if info.get("gpus"):
         return
     note = f" ({info['note']})" if info.get("note") else ""
-    shown = ", ".join(gpu[:4]) + (f" and {len(gpu) - 4} more" if len(gpu) > 4 else "")
-    raise ParamsError([Problem(str(params), "arms", f"arms {shown} start their engine "
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    raise ParamsError([Problem(str(params), key, f"{key} {shown} start their engine "
                                "on a GPU (--device cuda, or vLLM or SGLang) and this machine "
                                f"has no NVIDIA GPU that NVML sees{note}; nothing was run: "
-                               "run them on a GPU machine, or choose others with --arm or "
-                               "--engine")])
+                               f"run them on a GPU machine, or choose others with {others}")])
 
 
 def main(argv: list[str] | None = None) -> int:
