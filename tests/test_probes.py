@@ -154,9 +154,15 @@ def test_a_runs_failed_engine_start_answers_the_probe_of_its_profile():
                           "for get_quant_config to get the quantization config from it.)")
     assert row["source"] == "specrepro run (arm 'drafter-fp8'), session s1"
     assert row["log"] == "logs/drafter-fp8--vllm-0.26-dflash-k7-fp8-drafter.log.gz"
+    # `specrepro probe` reads the same answer, so it does not start that engine again
+    again = probe_command.answered(manifest, fp8)
+    assert again["answer"] == "does not start" and again["probe"] == "vllm-online-fp8"
+    assert again["error"] == row["why"] and again["source"] == row["source"]
     unasked = table.row(by_predicate=pl.col("profile") == "vllm-0.26-dflash-k7-fp8_per_tensor-drafter",
                         named=True)
     assert unasked["answer"] == "not asked yet"
+    assert probe_command.answered(manifest, next(p for p in study.probes
+                                                 if p.name == "vllm-online-fp8-per-tensor")) is None
     assert unasked["why"] == ("specrepro probe params/h200-engines.yaml --study "
                               "05_fp8_drafter_gates --probe vllm-online-fp8-per-tensor")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from specrepro import identity
-from specrepro.params import Profile, ResolvedStudy
+from specrepro.params import Profile, ResolvedProbe, ResolvedStudy
 
 COLUMNS = ["probe", "question", "profile", "answer", "why", "asked", "source", "log"]
 
@@ -76,15 +76,22 @@ def _records(manifest: dict, name: str, profile: str, want: str) -> list[dict]:
     return out
 
 
+def latest(manifest: dict, probe: ResolvedProbe) -> dict | None:
+    """The probe's latest answer (answer, why, asked, source, log), or None if never asked;
+    `specrepro probe` asks only the probes this finds nothing for."""
+    found = _records(manifest, probe.name, probe.resolved.name,
+                     identity.profile_hash(probe.resolved))
+    return found[-1] if found else None
+
+
 def answers(study: ResolvedStudy, manifest: dict, suite_path: str = "SUITE") -> pl.DataFrame:
     """One row per declared probe: its latest answer, or how to ask it."""
     rows = []
     for p in study.probes:
-        found = _records(manifest, p.name, p.resolved.name, identity.profile_hash(p.resolved))
-        latest = found[-1] if found else {
+        row = latest(manifest, p) or {
             "answer": "not asked yet", "asked": "", "log": "",
             "why": f"specrepro probe {suite_path} --study {study.notebook_id} --probe {p.name}",
             "source": ""}
         rows.append({"probe": p.label or p.name, "question": p.question,
-                     "profile": p.resolved.name, **latest})
+                     "profile": p.resolved.name, **row})
     return pl.DataFrame(rows, schema={c: pl.String for c in COLUMNS})

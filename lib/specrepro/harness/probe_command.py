@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from specrepro import identity, results
+from specrepro.analysis.probes import latest
 from specrepro.compaction import pack_log
 from specrepro.harness import engines, process
 from specrepro.harness.arm_engine import log_name, placement_for, start_engine
@@ -50,14 +51,15 @@ def chosen_probes(study: ResolvedStudy, names: list[str]) -> list[ResolvedProbe]
     return [p for p in study.probes if not names or p.name in names]
 
 
-def answered(store: ResultStore, probe: ResolvedProbe) -> dict | None:
-    """The latest stored answer of this probe with this resolved profile, if any."""
-    want = identity.profile_hash(probe.resolved)
-    for session in reversed(store.manifest().get("sessions", [])):
-        for rec in reversed(session.get("probes") or []):
-            if rec.get("probe") == probe.name and rec.get("profile_hash") == want:
-                return rec
-    return None
+def answered(manifest: dict, probe: ResolvedProbe) -> dict | None:
+    """The latest stored answer of this probe with this resolved profile, if any: a probe
+    record, or a run's engine entry of the same profile (analysis/probes.py, the report's
+    reading, so a probe a failed run already answered is not started again)."""
+    found = latest(manifest, probe)
+    if found is None:
+        return None
+    return {"probe": probe.name, "profile": probe.resolved.name, "answer": found["answer"],
+            "error": found["why"] or None, "source": found["source"]}
 
 
 def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Path) -> dict:
@@ -102,8 +104,8 @@ def probe_study(params: str, study_id: str, names: list[str], results_dir: str |
     out = []
     todo = []
     for probe in probes:
-        earlier = None if again or not store.manifest_path.is_file() else answered(store,
-                                                                                  probe)
+        earlier = None if again or not store.manifest_path.is_file() else answered(
+            store.manifest(), probe)
         if earlier is not None:
             out.append({**earlier, "stored": True})
         else:
