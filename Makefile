@@ -60,7 +60,15 @@ $(DRAFTERS): $(wildcard models/embedded/*/*.safetensors models/embedded/*/*.json
 	$(PY) -m specrepro.cli export-drafters --engine all
 	@touch $@
 
-$(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) $(DRAFTERS) \
+# The NVFP4 target vLLM serves in the H200 suite's notebook 03 (git-ignored), likewise in its
+# cells' identity; the exporter is deterministic (the same bytes on every machine).
+NVFP4 := build/.nvfp4-target.exported
+$(NVFP4): $(wildcard models/embedded/*.safetensors models/embedded/*.json) \
+		lib/specrepro/embedded/export_nvfp4.py $(STAMP)
+	$(PY) -m specrepro.cli export-nvfp4 --out build/nvfp4-target
+	@touch $@
+
+$(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) $(DRAFTERS) $(NVFP4) \
 		$$(shell find results -path '*/$$*/*' -name '*.parquet' 2>/dev/null) \
 		$(if $(FRESH),FORCE)
 	$(RUN_NB) $*
@@ -69,7 +77,7 @@ $(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) $(DR
 $(REPORTS)/index.html: $(NOTEBOOKS:%=$(NB_STAMPS)/%.done)
 	$(PY) -m specrepro.cli report --reports-dir $(REPORTS)
 
-nb: $(STAMP) $(DRAFTERS)
+nb: $(STAMP) $(DRAFTERS) $(NVFP4)
 	@test -n "$(NB)" || { echo "usage: make nb NB=<notebook id> [PARAMS=params/<suite>.yaml]"; exit 2; }
 	$(RUN_NB) $(NB)
 	@mkdir -p $(NB_STAMPS) && touch $(NB_STAMPS)/$(NB).done

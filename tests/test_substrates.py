@@ -61,19 +61,20 @@ def test_01_has_all_three_substrates_with_the_same_rules(nb01):
 
 
 def test_a_study_measured_in_part_says_how_many_cells_and_judges_only_those():
-    """06 on vLLM: no speculation and static 7 drafts measured (2026-12-02), the other arms
-    not yet: the substrate is partial, and the checks that need the missing arms are not
-    testable there, never estimated."""
-    cmp = compare("06_draft_schedule_under_load")
+    """04 on the real engines: vLLM's two arms measured (2026-12-02), SGLang's not yet: the
+    substrate is partial, and every check (each needs an SGLang arm) is not testable there,
+    never estimated."""
+    cmp = compare("04_engine_comparison")
     by = {s.ref: s for s in cmp.substrates}
-    stored = load_cells(substrates.project_root()
-                        / "results/h200-engines/06_draft_schedule_under_load")
-    assert 0 < stored.height < 45
+    stored = load_cells(substrates.project_root() / "results/h200-engines/04_engine_comparison")
+    assert set(stored["arm"].to_list()) == {"engine-a-none", "engine-a-spec"}
     assert by[ENGINES].status == "partial"
-    assert by[ENGINES].header == f"partial: {stored.height} of 45 cells"
+    assert by[ENGINES].header == f"partial: {stored.height} of 36 cells"
+    assert [c.outcome for c in by[ENGINES].checks] == ["not testable here"] * 3
+    assert "arm 'engine-b-spec' has no successful measurement" in by[ENGINES].checks[0].reason
     line = cmp.teaching()
-    assert line.startswith("The finding does not hold on vLLM on the H200 (partial)")
-    assert "Not testable on vLLM on the H200 and the embedded engine on the H200 only" in line
+    assert line.startswith("The finding is not testable on vLLM on the H200 (partial)")
+    assert "Not testable on vLLM on the H200 only" in line
 
 
 def test_01_teaching_line_names_the_changes_and_the_effects(nb01):
@@ -89,20 +90,19 @@ def test_01_teaching_line_names_the_changes_and_the_effects(nb01):
             "(effect -5.0% in the article, +0.8% on vLLM on the H200") in line
 
 
-def test_04_has_no_h200_results_and_says_not_measured_never_a_number():
+def test_04_on_the_embedded_h200_says_not_measured_never_a_number():
     cmp = compare("04_engine_comparison")
     by = {s.ref: s for s in cmp.substrates}
-    assert by[ENGINES].status == by[EMBEDDED_H200].status == NOT_MEASURED
-    # bound on the real engines, measured on neither H200 suite yet
-    assert "no stored results for 04_engine_comparison" in by[ENGINES].why
+    assert by[EMBEDDED_H200].status == NOT_MEASURED
     assert "no stored results" in by[EMBEDDED_H200].why
     frame = cmp.table().frame
-    for col in frame.columns:
-        if col.startswith(("the real engines", "the embedded engine on 1x")):
-            assert set(frame[col].to_list()) == {NOT_MEASURED}
-    assert "One substrate only" in cmp.teaching()
-    html = substrates.substrates_html(cmp)
-    assert html.count("colspan='2' title=") == 2 * len(cmp.claims.checks)
+    cols = [c for c in frame.columns if c.startswith("the embedded engine on 1x")]
+    assert len(cols) == 2
+    for col in cols:
+        assert set(frame[col].to_list()) == {NOT_MEASURED}
+    assert "not measured on the embedded engine on the H200" in cmp.teaching()
+    html = substrates.substrates_html(cmp)  # one cell across both columns per check
+    assert html.count("colspan='2' title=") == len(cmp.claims.checks)
 
 
 def test_06_h200_embedded_is_partial():

@@ -101,6 +101,12 @@ class Finding:
         return next(a.name for a in self.study.arms if a.name != self.study.baseline)
 
     @property
+    def challengers(self) -> list[str]:
+        """Every arm that is not the baseline, in the study's order: the judged challenger
+        first, then arms a substrate adds beside it (03's FP8 target on the H200)."""
+        return [a.name for a in self.study.arms if a.name != self.study.baseline]
+
+    @property
     def engines(self) -> list[str]:
         return sorted({a.resolved.engine for a in self.study.arms})
 

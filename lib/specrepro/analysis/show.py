@@ -22,7 +22,7 @@ import polars as pl
 from IPython.display import HTML, Image, Markdown, display
 
 from specrepro.analysis import figures as figs
-from specrepro.analysis import probes, tables
+from specrepro.analysis import engine_starts, probes, tables
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding, devices
 from specrepro.analysis.substrates import compare, substrates_html
@@ -100,7 +100,8 @@ def untestable(f: Finding, claims: Claims) -> list[tuple[str, str]]:
 
 
 def show_header(f: Finding, claims: Claims) -> None:
-    """Title, where the data comes from, the temperatures compared, and what cannot be tested."""
+    """Where the data comes from, the temperatures compared, what cannot be tested, the
+    probes' answers and how each arm's engine started."""
     # the article's finding opens the summary table above (show_summary)
     lines = [f"**Data:** {f.describe()}.", ""]
     note = claims.temperature_note(f.cells["temperature"].to_list())
@@ -119,6 +120,9 @@ def show_header(f: Finding, claims: Claims) -> None:
         show_table(probes.answers(f.study, f.manifest, os.path.relpath(f.suite.path)),
                    "Probes: questions one engine start answers, declared with the study "
                    "(`specrepro probe`); the latest answer for each, and where it comes from")
+    started = engine_starts.starts(f.study, f.manifest)
+    if started.height:
+        show_table(started, engine_starts.CAPTION)
 
 
 def show_figure(fig, figures_dir: str | Path, notebook_id: str, name: str) -> list[Path]:
