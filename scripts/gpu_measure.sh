@@ -6,15 +6,13 @@
 #   bash scripts/gpu_measure.sh params/h200-engines.yaml 520 $OUT/h200.tar.gz \
 #       --notebook 01_drafter_block_sweep --notebook 02_temperature_spread
 #
-# It runs under the vLLM bundle's environment (which holds polars for the results store;
-# SGLang profiles switch to their own bundle in their command), reads GSM8K from
-# .device/data (carried, git-ignored), keeps the store outside the working tree on the machine
-# (each command copies the checkout over the working tree again; the first one copies the
-# committed store there), exports the drafters once per machine, and writes the whole store
-# to ARCHIVE after every cell. `--probe STUDY` (repeatable) first asks that study's
-# unanswered probes (`specrepro probe`: one engine start each) into the same store; the run
-# then gets what is left of DEADLINE_S, and its archive holds the probes' answers when it
-# also runs that study. Exit status: specrepro run's (75: the deadline left cells).
+# It runs in gpu_env.sh's environment (the vLLM bundle's, GSM8K from .device/data, the
+# drafters exported once per machine), keeps the store outside the working tree on the
+# machine (each command copies the checkout over the working tree again; the first one copies
+# the committed store there), and writes the studies it runs to ARCHIVE after every cell.
+# `--probe STUDY` (repeatable) first asks that study's unanswered probes (`specrepro probe`:
+# one engine start each) into the same store; the run then gets what is left of DEADLINE_S,
+# and its archive holds the probes' answers when it also runs that study. Exit status: specrepro run's (75: the deadline left cells).
 set -uo pipefail
 if [ $# -lt 3 ]; then
     echo "usage: $0 SUITE DEADLINE_S ARCHIVE [specrepro run options...]" >&2
@@ -33,19 +31,13 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$suite" ] || { echo "$0: no suite file $suite" >&2; exit 2; }
 case $deadline in ''|*[!0-9]*) echo "$0: DEADLINE_S must be whole seconds, got '$deadline'" >&2; exit 2;; esac
-env_sh=${SPECREPRO_GPU_ENV:-/var/tmp/specrepro-gpu/vllm/site/env.sh}  # the bundle's
-[ -f "$env_sh" ] || { echo "$0: $env_sh missing: stage the vLLM bundle first" >&2; exit 2; }
-# shellcheck disable=SC1090
-. "$env_sh"
-export PYTHONPATH=$PWD/lib:${PYTHONPATH:-} SPECREPRO_DATA_DIR=$PWD/.device/data PYTHONUNBUFFERED=1
+# shellcheck source=scripts/gpu_env.sh
+. "$(dirname "$0")/gpu_env.sh"
 name=$(basename "$suite" .yaml)
 store=${SPECREPRO_GPU_RESULTS:-/var/tmp/specrepro-results}/$name
 if [ ! -d "$store" ]; then
     mkdir -p "$(dirname "$store")"
     if [ -d "results/$name" ]; then cp -r "results/$name" "$store"; else mkdir -p "$store"; fi
-fi
-if [ ! -d build/engine-drafters ] && [ -z "${SPECREPRO_NO_EXPORT:-}" ]; then
-    python3 -m specrepro.cli export-drafters --engine all >/dev/null || exit 1
 fi
 started=$SECONDS
 for study in "${probes[@]}"; do

@@ -27,10 +27,10 @@ RULES: dict[str, tuple[str, ...]] = {
     # reaches engines over HTTP (the embedded one as a process), never their internals
     "specrepro.harness": ("specrepro.harness", "specrepro.params", "specrepro.results",
                           "specrepro.compaction", "specrepro.workloads", "specrepro.grading",
-                          *SHARED),
+                          "specrepro.probe_answers", *SHARED),
     # reads results tables only: never an engine, never the harness
     "specrepro.analysis": ("specrepro.analysis", "specrepro.params", "specrepro.results",
-                           "specrepro.published", *SHARED),
+                           "specrepro.published", "specrepro.probe_answers", *SHARED),
     # measuring above analysis: decides replay or run and calls the harness
     "specrepro.pipeline": ("specrepro.pipeline", "specrepro.harness", "specrepro.analysis",
                            "specrepro.params", "specrepro.results", *SHARED),
@@ -39,6 +39,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "specrepro.results": ("specrepro.results", "specrepro.store_sharing",
                           "specrepro.results_schema", *SHARED),
     "specrepro.results_schema": (),  # the tables' columns: polars types only
+    # a probe's answers in a manifest: read by `specrepro probe` and by the report
+    "specrepro.probe_answers": ("specrepro.params", *SHARED),
     "specrepro.store_sharing": (),
     # a store made ready to commit: rewrites what results.py wrote
     "specrepro.compaction": ("specrepro.compaction", "specrepro.results",

@@ -83,23 +83,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_specrepro_profile_traces_the_embedded_engine_on_the_cpu(tiny_checkpoint, tmp_path,
-                                                                 capsys, monkeypatch):
+def tiny_study(tmp_path: Path, checkpoint: Path, arm: str, n: int, max_tokens: int,
+               **profile) -> Path:
+    """A study of one arm on the embedded server at 1 and 2 streams (profile: more keys)."""
     params = tmp_path / "params"
     (params / "profiles").mkdir(parents=True)
     (params / "studies").mkdir()
     (params / "profiles" / "tiny.yaml").write_text(yaml.safe_dump({
         "engine": "embedded", "command": ["{python}", "-m", "specrepro.embedded.serve"],
         "host": "127.0.0.1", "port": free_port(),
-        "model": {"id": str(tiny_checkpoint), "revision": None, "served_name": "tiny"},
-        "flags": {"max-model-len": 512, "max-num-seqs": 4},
-        "speculative": {"method": "mtp", "num_speculative_tokens": 3},
-        "env": {"OMP_NUM_THREADS": "1"}, "ready_timeout_s": 120}))
+        "model": {"id": str(checkpoint), "revision": None, "served_name": "tiny"},
+        "env": {"OMP_NUM_THREADS": "1"}, "ready_timeout_s": 120, **profile}))
     study = params / "studies" / "peer_tiny.yaml"
     study.write_text(yaml.safe_dump({
-        "name": "peer_tiny", "notebook": "peer", "arms": [{"name": "mtp", "profile": "tiny"}],
-        "workloads": [{"name": "essays", "n": 4, "form": "completion", "max_tokens": 16}],
+        "name": "peer_tiny", "notebook": "peer", "arms": [{"name": arm, "profile": "tiny"}],
+        "workloads": [{"name": "essays", "n": n, "form": "completion", "max_tokens": max_tokens}],
         "concurrency": [1, 2], "sampling": [{"temperature": 0.0}], "seed": 7}))
+    return study
+
+
+def test_specrepro_profile_traces_the_embedded_engine_on_the_cpu(tiny_checkpoint, tmp_path,
+                                                                 capsys, monkeypatch):
+    study = tiny_study(tmp_path, tiny_checkpoint, "mtp", 4, 16,
+                       flags={"max-model-len": 512, "max-num-seqs": 4},
+                       speculative={"method": "mtp", "num_speculative_tokens": 3})
     out = tmp_path / "trace"
     assert profile_command.main([str(study), "--study", "peer_tiny", "--arm", "mtp",
                                  "--concurrency", "2", "--prompts", "2", "--out", str(out)]) == 0
@@ -120,3 +127,38 @@ def test_specrepro_profile_traces_the_embedded_engine_on_the_cpu(tiny_checkpoint
     assert profile_command.main([str(study), "--study", "peer_tiny", "--arm", "mtp",
                                  "--concurrency", "8", "--out", str(out)]) == 2
     assert "measures arm mtp at [1, 2] streams, not 8" in capsys.readouterr().err
+
+
+def test_the_gpu_profiling_script_keeps_every_summary_and_goes_on_past_a_failure(
+        tiny_checkpoint, tmp_path):
+    """scripts/gpu_profile.sh, as the H200 runs it, on the embedded server on the CPU: one
+    profile per STUDY:ARM[:STREAMS], a bad one reported while the next still runs, and an
+    archive of summaries, logs and output with no trace in it."""
+    import os
+    import subprocess
+    import sys
+    import tarfile
+
+    study = tiny_study(tmp_path, tiny_checkpoint, "none", 2, 8,
+                       flags={"max-model-len": 512, "max-num-seqs": 2})
+    env_sh = tmp_path / "env.sh"  # what the bundle's env.sh does: its python first on PATH
+    env_sh.write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n'
+                      f'export PYTHONPATH="{ROOT / "lib"}"\n')
+    archive = tmp_path / "profiles.tar.gz"
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_profile.sh"), str(study), str(archive),
+         "peer_tiny:nope", "peer_tiny:none:2", "bad"],
+        capture_output=True, text=True, check=False, cwd=tmp_path, timeout=300,
+        env={**os.environ, "SPECREPRO_GPU_ENV": str(env_sh), "SPECREPRO_NO_EXPORT": "1",
+             "SPECREPRO_GPU_PROFILES": str(tmp_path / "machine")})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "'bad' is not STUDY:ARM[:STREAMS]" in done.stderr
+    assert "== peer_tiny:nope: exit 2" in done.stdout
+    assert "== peer_tiny:none:2: exit 0" in done.stdout
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert "./peer_tiny--none--c2/none--tiny--profiled.log" in names
+    assert "./peer_tiny--nope/profile.out" in names
+    (summary,) = [n for n in names if n.endswith(".summary.txt")]
+    assert summary.startswith("./peer_tiny--none--c2/embedded-")
+    assert not [n for n in names if n.endswith((".json", ".json.gz"))]

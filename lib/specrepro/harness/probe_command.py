@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 from specrepro import identity, results
-from specrepro.analysis.probes import latest
 from specrepro.compaction import pack_log
 from specrepro.harness import engines, process
 from specrepro.harness.arm_engine import log_name, placement_for, start_engine
@@ -30,6 +29,7 @@ from specrepro.harness.loadgen import LoadGenerator
 from specrepro.harness.run_command import refuse_without_gpu, resolve
 from specrepro.harness.runner import load_config
 from specrepro.params import ParamsError, Problem, ResolvedProbe, ResolvedStudy
+from specrepro.probe_answers import latest
 from specrepro.results import ResultStore
 from specrepro.workloads import build_workload
 
@@ -53,8 +53,8 @@ def chosen_probes(study: ResolvedStudy, names: list[str]) -> list[ResolvedProbe]
 
 def answered(manifest: dict, probe: ResolvedProbe) -> dict | None:
     """The latest stored answer of this probe with this resolved profile, if any: a probe
-    record, or a run's engine entry of the same profile (analysis/probes.py, the report's
-    reading, so a probe a failed run already answered is not started again)."""
+    record, or a run's engine entry of the same profile (probe_answers.py, the report's
+    reading too, so a probe a failed run already answered is not started again)."""
     found = latest(manifest, probe)
     if found is None:
         return None
