@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from specrepro import identity
 from specrepro.analysis import engine_starts
 from specrepro.params import load_suite, resolve_study
 from specrepro.results import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1]
+# the committed H200 stores are keyed by the exported folders' fingerprints
+pytestmark = pytest.mark.usefixtures("engine_exports")
 
 
 def h200_study(notebook: str):

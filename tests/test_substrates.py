@@ -16,17 +16,12 @@ from specrepro.params import ParamsError
 from specrepro.results import load_cells
 
 ENGINES, EMBEDDED_H200, CPU = SUITES
+# the committed H200 stores are keyed by the exported folders' fingerprints
+pytestmark = pytest.mark.usefixtures("engine_exports")
 
 
 @pytest.fixture(scope="module")
 def nb01():
-    root = substrates.project_root()
-    if not (root / "build/engine-drafters/vllm/dflash").is_dir():
-        # the vLLM cells' identity holds the exported drafters' fingerprint: write them, as
-        # make nb does (a few seconds, from models/embedded)
-        from specrepro.embedded import export
-
-        assert export.main(["--engine", "all", "--out", str(root / "build/engine-drafters")]) == 0
     return compare("01_drafter_block_sweep")
 
 
