@@ -756,3 +756,25 @@ def test_gpu_arms_are_refused_on_a_machine_without_a_gpu(tmp_path, capsys, monke
                  "--results-dir", str(tmp_path)]) == 2
     assert "--engine: expected an engine the arms of 07_the_bill run on (vllm)" in \
         capsys.readouterr().err
+
+
+def test_an_engine_starts_only_where_the_cells_after_it_repay_the_start():
+    """deadline.start_repays, on the H200's figures of 2026-12-02: with 160 s left, an 85-s
+    start and 10-25-s cells, a launch group of 9 cells got one cell before the deadline and
+    was started again by the next command (a 106-s start then); now it waits for that one."""
+    from specrepro.harness.deadline import start_repays
+
+    cells = [10.0, 14.0, 25.0, 12.0]  # mean 15.25, longest 25
+    # the start and its first cell do not fit at all
+    assert not start_repays(100.0, [85.0], cells, None, 9)
+    # 4 cells fit after the start (61 s of measuring) and 5 would be left: not worth 85 s
+    assert not start_repays(160.0, [85.0], cells, None, 9)
+    # the same time left finishes a group of 4: worth it, nothing is started twice
+    assert start_repays(160.0, [85.0], cells, None, 4)
+    # 7 cells fit (107 s of measuring), more than the start costs: worth it
+    assert start_repays(200.0, [85.0], cells, None, 9)
+    # nothing measured yet to count by: the declared bound alone decides
+    assert start_repays(160.0, [85.0], [], 40.0, 9)
+    assert not start_repays(120.0, [85.0], [], 40.0, 9)
+    # no start timed yet (the command's first group): one cell fitting is enough
+    assert start_repays(30.0, [], cells, None, 9)

@@ -53,6 +53,24 @@ def ctrl_c_raises():
 # -------------------------------------------------------------- deadline, archive
 
 
+def start_repays(remaining_s: float, start_s: list[float], cell_s: list[float],
+                 cell_bound_s: float | None, cells_left: int) -> bool:
+    """Whether an engine start now is worth it before the deadline: the start (the longest
+    so far) and one cell (the longest, or the declared bound) must fit, and then either
+    every cell left in the launch group fits too, or the cells that fit (at the mean cell
+    time) take at least as long as the start. Otherwise the group would be started again by
+    the next command, and this start would have bought less measuring than it cost (on the
+    H200, 2026-12-02: a 106-s start for one 10-s cell before the deadline)."""
+    start = max(start_s, default=0.0)
+    if remaining_s <= start + max([*cell_s, cell_bound_s or 0.0]):
+        return False
+    if not cell_s or cells_left <= 0:
+        return True  # no cell measured yet to count by
+    typical = sum(cell_s) / len(cell_s)
+    fit = int((remaining_s - start) // typical)
+    return fit >= cells_left or fit * typical >= start
+
+
 @dataclass
 class Deadline:
     """When measuring must stop, on this process's monotonic clock (module docstring)."""

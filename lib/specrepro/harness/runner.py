@@ -42,7 +42,9 @@ Design:
 - A deadline (`Deadline`: `--deadline-s S`, `--until TIME`) ends the run cleanly before it,
   for machines that are taken back. A cell starts only if the time left exceeds the longest
   cell of this session (stored and archived) or the declared `--cell-bound-s`, whichever is
-  larger; an engine only if the time left also covers the longest start so far. While a
+  larger; an engine only if the time left also covers the longest start so far, and the
+  cells that fit after it either finish its launch group or take at least as long as that
+  start (`deadline.start_repays`: else the next command would start it again). While a
   cell measures or an engine starts, a watchdog sends SIGINT to the main thread when the
   deadline passes: Ctrl-C's own path, so the cell in flight is stored as `interrupted` and
   the engine stopped. The session ends as `deadline`, `RunSummary.left` counts the cells a
@@ -92,6 +94,7 @@ from specrepro.harness.deadline import (
     Archive,
     Deadline,
     ctrl_c_raises,
+    start_repays,
 )
 from specrepro.harness.loadgen import LoadConfig, LoadGenerator, LoadResult, RequestRecord
 from specrepro.params import (
@@ -187,13 +190,19 @@ class _Run:
     versions: dict[str, str | None] = field(default_factory=dict)  # arm -> its engine's version
     placements: dict[str, process.Placement] = field(default_factory=dict)
 
-    def fits(self, starting: bool = False) -> bool:
-        """Whether one more cell (starting: after an engine start) ends before the deadline."""
+    def fits(self) -> bool:
+        """Whether one more cell ends before the deadline."""
         if self.deadline is None:
             return True
-        need = max([*self.cell_s, self.deadline.cell_bound_s or 0.0])
-        need += max(self.start_s, default=0.0) if starting else 0.0
-        return self.deadline.remaining() > need
+        return self.deadline.remaining() > max([*self.cell_s, self.deadline.cell_bound_s or 0.0])
+
+    def start_fits(self, cells_left: int) -> bool:
+        """Whether an engine start for `cells_left` cells is worth it before the deadline
+        (`deadline.start_repays`)."""
+        if self.deadline is None:
+            return True
+        return start_repays(self.deadline.remaining(), self.start_s, self.cell_s,
+                            self.deadline.cell_bound_s, cells_left)
 
     def armed(self):
         return self.deadline.armed() if self.deadline is not None else contextlib.nullcontext()
@@ -395,7 +404,9 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
     if not todo:
         return
     first, arm0, _ = todo[0]
-    if not first.fits(starting=True):
+    left = sum(identity.cell_id(ctx.study, c, ctx.versions[arm.name]) not in ctx.done
+               for ctx, arm, cells in todo for c in cells)
+    if not first.start_fits(left):
         raise _AtDeadline
     started = time.monotonic()
     try:
