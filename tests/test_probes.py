@@ -157,7 +157,7 @@ def test_a_runs_failed_engine_start_answers_the_probe_of_its_profile():
     # `specrepro probe` reads the same answer, so it does not start that engine again
     again = probe_command.answered(manifest, fp8)
     assert again["answer"] == "does not start" and again["probe"] == "vllm-online-fp8"
-    assert again["error"] == row["why"] and again["source"] == row["source"]
+    assert again["why"] == row["why"] and again["source"] == row["source"]
     unasked = table.row(by_predicate=pl.col("profile") == "vllm-0.26-dflash-k7-fp8_per_tensor-drafter",
                         named=True)
     assert unasked["answer"] == "not asked yet"

@@ -59,7 +59,7 @@ def answered(manifest: dict, probe: ResolvedProbe) -> dict | None:
     if found is None:
         return None
     return {"probe": probe.name, "profile": probe.resolved.name, "answer": found["answer"],
-            "error": found["why"] or None, "source": found["source"]}
+            "why": found["why"] or None, "source": found["source"]}
 
 
 def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Path) -> dict:
@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for r in records:
         stored = " (stored earlier; --again asks anew)" if r.get("stored") else ""
-        why = f": {r['error']}".split("\n")[0] if r.get("error") else ""
+        said = r.get("error") or r.get("why")  # a new answer's error; a stored one's why
+        why = f": {said}".split("\n")[0] if said else ""
         print(f"{r['probe']} ({r['profile']}): {r['answer']}{why}{stored}")
     return 0
 
