@@ -392,20 +392,20 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
     then each arm's cells in turn, then stopped. A study other than the first that used
     the engine gets its own copy of this launch's log and an engine entry that says whose
     launch it shared."""
-    todo = []
+    todo, left = [], 0  # left: the group's cells not yet measured
     for ctx, arm in group:
         cells = ctx.cells_of(arm)
         version = ctx.versions[arm.name] = known_version(ctx.store, arm)
-        if all(identity.cell_id(ctx.study, c, version) in ctx.done for c in cells):
+        pending = sum(identity.cell_id(ctx.study, c, version) not in ctx.done for c in cells)
+        if not pending:
             ctx.summary.skipped += len(cells)
             ctx.bar.update(len(cells))
         else:
             todo.append((ctx, arm, cells))
+            left += pending
     if not todo:
         return
     first, arm0, _ = todo[0]
-    left = sum(identity.cell_id(ctx.study, c, ctx.versions[arm.name]) not in ctx.done
-               for ctx, arm, cells in todo for c in cells)
     if not first.start_fits(left):
         raise _AtDeadline
     started = time.monotonic()
