@@ -194,15 +194,23 @@ def test_a_gpu_probe_is_never_answered_on_a_machine_without_one(tmp_path, capsys
     assert not any(tmp_path.iterdir())
 
 
-def test_a_study_with_no_cells_says_what_its_probes_answered():
-    """05 on the H200 suite has no cells yet (its arms moved to SGLang): the replay's error
-    carries the probes' stored answers, so the reader learns why."""
+def test_a_study_with_no_cells_says_what_its_probes_answered(tmp_path):
+    """05 on the H200 suite before its SGLang arms ran (the committed store's manifest and
+    logs, without its cells): the replay's error carries the probes' stored answers, so the
+    reader learns why."""
+    import shutil
+
     from specrepro import pipeline
     from specrepro.analysis.finding import FindingError
 
+    src = ROOT / "results" / "h200-engines" / "05_fp8_drafter_gates" / "h200-engines"
+    dst = tmp_path / "05_fp8_drafter_gates" / "h200-engines"
+    dst.mkdir(parents=True)
+    shutil.copy(src / "manifest.json", dst)
+    shutil.copytree(src / "logs", dst / "logs")
     with pytest.raises(FindingError) as err:
         pipeline.load_finding(str(ROOT / "params" / "h200-engines.yaml"),
-                              "05_fp8_drafter_gates", "replay")
+                              "05_fp8_drafter_gates", "replay", results_dir=tmp_path)
     text = str(err.value)
     assert ("its probes, from the store: vLLM 0.26.0, drafter quantization fp8 "
             "(vllm-0.26-dflash-k7-fp8-drafter): does not start (profile") in text

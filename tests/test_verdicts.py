@@ -188,6 +188,41 @@ def test_a_gain_gate_inside_the_spread_is_not_met():
     assert c.outcome == "does not hold" and "inside the run-to-run range" in c.reason
 
 
+def counted(rows: list[dict], counts: dict[str, tuple[int, int]]) -> list[dict]:
+    """The rows with each arm's draft counters (num_drafts, num_accepted_tokens) set."""
+    return [{**r, "num_drafts": counts[r["arm"]][0], "num_accepted_tokens": counts[r["arm"]][1]}
+            for r in rows]
+
+
+def test_a_drafter_that_proposed_what_the_baseline_did_makes_its_gates_untestable():
+    # SGLang 0.5.14 on the H200: the "FP8" drafter's counters equal the BF16 drafter's in
+    # every greedy cell (it served the BF16 weights), and its speed differs by start noise
+    rows = counted(gate_rows("sglang", [100.0, 95.0, 106.0], [89.0, 82.0, 94.0]),
+                   {"drafter-bf16": (5173, 11179), "drafter-fp8": (5173, 11179)})
+    v = verdicts.verdict(finding("05_fp8_drafter_gates", rows, params=RTX))
+    speed = next(c for c in v.checks if "+3% tok/s" in c.claim)
+    assert speed.outcome == "not testable here"
+    assert "proposed exactly what" in speed.reason and "5,173 drafts and 11,179" in speed.reason
+    assert "in all 2 paired greedy cells (12 runs" in speed.reason
+    assert speed.measured.startswith("-12.0%")        # what was measured still stands beside
+    assert all(c.outcome == "not testable here" for c in v.checks)  # substitutes too
+    assert v.outcome == "not testable here"
+    # one differing cell clears it: the drafters differ, and the gates are judged
+    rows[-1] = {**rows[-1], "num_accepted_tokens": 11150}
+    v = verdicts.verdict(finding("05_fp8_drafter_gates", rows, params=RTX))
+    assert next(c for c in v.checks if "+3% tok/s" in c.claim).outcome == "does not hold"
+
+
+def test_sampled_cells_and_cells_without_counters_say_nothing_about_the_drafter():
+    same = {"drafter-bf16": (10, 20), "drafter-fp8": (10, 20)}
+    sampled = [{**r, "temperature": 1.0} for r in counted(gate_rows("sglang", [100.0], [90.0]), same)]
+    v = verdicts.verdict(finding("05_fp8_drafter_gates", sampled, params=RTX))
+    assert not any("proposed exactly" in c.reason for c in v.checks)
+    v = verdicts.verdict(finding("05_fp8_drafter_gates", gate_rows("sglang", [100.0], [90.0]),
+                                 params=RTX))  # no counters at all
+    assert not any("proposed exactly" in c.reason for c in v.checks)
+
+
 def test_power_check_needs_watts():
     rows = [{"arm": "dflash-k7", "engine": "embedded", "workload": "essays", "concurrency": 1,
              "temperature": 0.0, "repeat": 0, "kv_pool_tokens": 900},
@@ -231,6 +266,8 @@ def test_summary_table_has_one_verdict_per_check():
     ([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "a", "concurrency": 0}, "b": {"arm": "b"}}],
      r"checks\[0\]\.a\.concurrency"),
     ([{"claim": "x", "kind": "gate", "gate": "nope"}], r"checks\[0\]\.gate: 'nope' is not a gate"),
+    ([{"claim": "x", "kind": "gate", "gate": "g", "needs": "a_gpu"}],
+     r"checks\[0\]\.needs: expected one of \['power', 'drafter_change'\]"),
     ([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "a"}}], r"checks\[0\]\.b: a compare"),
     ([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "a"}, "b": {"arm": "b"},
        "band": {"at_least": "half"}}], r"checks\[0\]\.band\.at_least"),

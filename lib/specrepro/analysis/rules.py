@@ -27,7 +27,8 @@ Design:
   flag); an entry's optional `device: cpu | cuda` limits it to arms measured on that device
   (`finding.cuda_arms`: `--device cuda`, or a launched vLLM or SGLang), so a reason true of
   the embedded engine on a CPU is not given where it ran on the H200; `needs: power` makes
-  it untestable where no watts were measured. A rule whose arm,
+  it untestable where no watts were measured, `needs: drafter_change` where the changed
+  drafter proposed exactly what the baseline's did (the engine ignored the change). A rule whose arm,
   workload or level the study did not measure is not testable either, with that reason.
 - Validation happens on load (`parse_checks`), so a typo fails naming the notebook, the
   check and the key.
@@ -44,6 +45,9 @@ SYMBOLS = {"holds": "✓", "holds in direction only": "◐", "does not hold": "�
 KINDS = ("compare", "spread", "straddle", "gate")
 DIRECTIONS = ("higher", "lower", "same")
 LEVELS = ("lowest", "highest", "any")
+# `needs:` "power": untestable without measured watts; "drafter_change": untestable where the
+# challenger's drafter proposed exactly what the baseline's did (analysis/same_drafts.py)
+NEEDS = ("power", "drafter_change")
 DEVICES = ("cpu", "cuda")  # a not_testable / cannot_test entry's `device` (not `on`: YAML 1.1 reads it as true)
 
 # The measured metrics a rule may name (each a column of the cells table, in the article's
@@ -101,7 +105,7 @@ class Rule:
     direction: str = "higher"
     band: Band = field(default_factory=Band)
     gate: str | None = None           # a published/gates.csv gate id (kind gate)
-    needs: str | None = None          # "power": untestable without measured watts
+    needs: str | None = None          # one of NEEDS
     not_testable: tuple[NotTestable, ...] = ()
 
     def text(self) -> str:
@@ -198,8 +202,9 @@ def parse_check(raw: Any, nb: str, i: int, known_arms: set[str], known_gates: se
         raise RuleError(f"{where}.direction: expected one of {list(DIRECTIONS)}, "
                         f"found {direction!r}")
     needs = raw.get("needs")
-    if needs not in (None, "power"):
-        raise RuleError(f"{where}.needs: expected 'power' or nothing, found {needs!r}")
+    if needs not in (None, *NEEDS):
+        raise RuleError(f"{where}.needs: expected one of {list(NEEDS)} or nothing, "
+                        f"found {needs!r}")
     nts = []
     for j, nt in enumerate(raw.get("not_testable") or []):
         if (not isinstance(nt, dict) or not {"engines", "why"} <= set(nt) <= {"engines", "why", "device"}

@@ -36,6 +36,7 @@ from specrepro.analysis.finding import Finding, declared_cells, devices
 from specrepro.analysis.gates import evaluate_gate
 from specrepro.analysis.overlay import choose
 from specrepro.analysis.rules import OUTCOMES, SYMBOLS, Rule, Side
+from specrepro.analysis.same_drafts import same_drafts
 from specrepro.published import load_gates, load_published
 
 STATS = ("value", "mean", "approx")
@@ -514,6 +515,8 @@ def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[Ch
         return []
     declared = {(r["workload"], r["concurrency"], r["threshold"])
                 for r in load_gates().iter_rows(named=True)}
+    # the substitutes compare the changed drafter with the baseline's too
+    unchanged = same_drafts(f) if any(r.needs == "drafter_change" for r in rules) else ""
     out = []
     for gate in f.study.gates:
         if (gate.workload, gate.concurrency, gate.threshold) in declared:
@@ -521,10 +524,12 @@ def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[Ch
         row = evaluate_gate(f.cells, gate)
         outcome = {"pass": "holds", "fail": "does not hold"}.get(row["result"],
                                                                  "not testable here")
+        if unchanged:
+            outcome = "not testable here"
         value = "n/a" if row["value"] is None else _num(row["value"], gate.unit or "")
         out.append(CheckResult(
             f"substitute (this suite's gate): {gate.name}", outcome, substitute=True,
-            article=gate.published or "", measured=value,
+            article=gate.published or "", measured=value, reason=unchanged,
             rule=f"{gate.metric} {gate.op} {gate.threshold:g} {gate.unit or ''}".strip()
             + (f" against {gate.reference_arm}" if gate.reference_arm else "")))
     return out
@@ -577,6 +582,14 @@ def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
         return CheckResult(rule.claim, "not testable here", rule=rule.text(),
                            reason="no power source on this run (no NVML GPU): no watts",
                            article=_article_only(f, claims, rule))
+    if rule.needs == "drafter_change" and (why := same_drafts(f)):
+        res = CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=why,
+                          article=_article_only(f, claims, rule))
+        try:  # what was measured still stands beside it
+            res.measured = KIND[rule.kind](f, claims, rule).measured
+        except _Untestable:
+            pass
+        return res
     try:
         return KIND[rule.kind](f, claims, rule)
     except _Untestable as why:
