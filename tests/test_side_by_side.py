@@ -285,7 +285,7 @@ def test_the_gpu_measuring_script_checks_its_arguments_and_runs_a_study(tmp_path
     out = run(rel, "1m", "a.tar.gz")
     assert out.returncode == 2 and "DEADLINE_S must be whole seconds, got '1m'" in out.stderr
     out = run(rel, "60", "a.tar.gz", SPECREPRO_GPU_ENV=str(tmp_path / "none.sh"))
-    assert out.returncode == 2 and "stage the vLLM bundle first" in out.stderr
+    assert out.returncode == 2 and "stage an engine bundle first, or set SPECREPRO_GPU_ENV" in out.stderr
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
