@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from specrepro.analysis import notebooks, report
+from specrepro.analysis.substrates import SUITES
 from specrepro.params import NOTEBOOK_IDS
 from test_report_index import constructed_notebook, reports_folder
 
@@ -66,6 +67,11 @@ window.addEventListener('load', () => setTimeout(() => {
     .filter(el => !el.closest('.celltag_injected-parameters') && shown(el) && text(el))
     .map(el => text(el).replace(/\\s+/g, ' ').slice(0, 80));
   r.injected = document.querySelectorAll('.celltag_injected-parameters .jp-InputArea').length;
+  const sub = document.querySelector('table#substrates');
+  r.substrates = sub ? {
+    rows: [...sub.tBodies[0].rows].map(tr => [...tr.querySelectorAll('td.verdict, td.na')]
+      .map(td => td.classList.contains('na') ? 'not measured' : (td.dataset.outcome || ''))),
+    fits: sub.getBoundingClientRect().right <= window.innerWidth + 1} : null;
   r.page_width = document.documentElement.scrollWidth;
   r.window_width = window.innerWidth;
   const out = document.createElement('pre');
@@ -103,12 +109,32 @@ def render_checked(page: Path, work: Path, chromium_path: str) -> dict:
     return json.loads(html.unescape(found))
 
 
+def substrate_problems(name: str, found: dict | None) -> list[str]:
+    """table#substrates as a reader sees it: one verdict (or 'not measured') per substrate of
+    substrates.SUITES on every row, inside the window."""
+    if found is None:
+        return [f"{name}: no table#substrates"]
+    problems = [] if found["rows"] else [f"{name}: table#substrates has no rows"]
+    for i, row in enumerate(found["rows"]):
+        if len(row) != len(SUITES):
+            problems.append(f"{name}: table#substrates row {i + 1} shows {len(row)} "
+                            f"substrates, expected {len(SUITES)}")
+        problems += [f"{name}: table#substrates row {i + 1}, substrate {j + 1}: no verdict"
+                     for j, v in enumerate(row) if v not in (*OUTCOMES, "not measured")]
+    if not found["fits"]:
+        problems.append(f"{name}: table#substrates is wider than {WIDTH} px")
+    return problems
+
+
 def page_problems(page: Path, work: Path, chromium_path: str, *, index: bool = False,
-                  rows: int = len(NOTEBOOK_IDS)) -> list[str]:
-    """What a reviewer would find wrong with a report (or, index=True, the index), in words."""
+                  rows: int = len(NOTEBOOK_IDS), substrates: bool = False) -> list[str]:
+    """What a reviewer would find wrong with a report (or, index=True, the index), in words;
+    substrates=True also reads its table#substrates."""
     r = render_checked(page, work, chromium_path)
     name = page.name
     problems = [f"{name}: image did not load: {src}" for src, ok in r["images"] if not ok]
+    if substrates:
+        problems += substrate_problems(name, r["substrates"])
     if not r["images"]:
         problems.append(f"{name}: shows no image")
     if not r["summary"]:
@@ -284,8 +310,21 @@ def test_a_second_run_replays_without_measuring(executed, capfd):
 @pytest.mark.slow
 @pytest.mark.chromium
 def test_index_and_every_report_pass_the_browser_check(executed, chromium, tmp_path):
+    """Every report and the index, with the substrates table of each (the committed H200
+    and CPU stores, three substrates side by side) read in the browser as well."""
     reports = executed["reports"]
-    problems = page_problems(reports / "index.html", tmp_path / "w", chromium, index=True)
+    problems = page_problems(reports / "index.html", tmp_path / "w", chromium, index=True,
+                             substrates=True)
     for nb in NOTEBOOK_IDS:
-        problems += page_problems(reports / f"{nb}.html", tmp_path / "w", chromium)
+        problems += page_problems(reports / f"{nb}.html", tmp_path / "w", chromium,
+                                  substrates=True)
     assert not problems, "\n".join(problems)
+    # the check can fail: the first substrate's verdict in the first row made unreadable
+    page = (reports / "05_fp8_drafter_gates.html").read_text(encoding="utf-8")
+    first = page.index('<tr class="substrate-check">')  # as nbconvert writes it
+    cut = page.index('data-outcome="', first)
+    bad = reports / "bad_substrates.html"
+    bad.write_text(page[:cut] + page[cut:].replace('data-outcome="', 'data-outcome="x', 1),
+                   encoding="utf-8")
+    found = page_problems(bad, tmp_path / "w", chromium, substrates=True)
+    assert "bad_substrates.html: table#substrates row 1, substrate 1: no verdict" in found

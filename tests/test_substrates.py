@@ -101,6 +101,7 @@ def test_05_on_sglang_the_fp8_drafter_was_never_served():
     assert ("5,173 drafts and 11,179 accepted on essays at 1 stream" in speed.reason
             and "in all 4 paired greedy cells (20 runs" in speed.reason)
     assert speed.measured.startswith("-11.0% (751 tok/s")
+    assert substrates.why_short(speed) == "the engine served the same drafter to both arms"
     assert "--mem-fraction-static" in s.checks[3].reason  # the memory gate's own reason first
     # the embedded engine's emulated FP8 drafter proposes differently: its reasons are its own
     emb = next(s for s in cmp.substrates if s.ref == EMBEDDED_H200)

@@ -202,6 +202,7 @@ def test_a_drafter_that_proposed_what_the_baseline_did_makes_its_gates_untestabl
     v = verdicts.verdict(finding("05_fp8_drafter_gates", rows, params=RTX))
     speed = next(c for c in v.checks if "+3% tok/s" in c.claim)
     assert speed.outcome == "not testable here"
+    assert speed.reason.startswith("the engine served the same drafter to both arms; ")
     assert "proposed exactly what" in speed.reason and "5,173 drafts and 11,179" in speed.reason
     assert "in all 2 paired greedy cells (12 runs" in speed.reason
     assert speed.measured.startswith("-12.0%")        # what was measured still stands beside

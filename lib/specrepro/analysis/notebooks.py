@@ -185,6 +185,7 @@ body.jp-Notebook { max-width: 1360px; margin: 0 auto; padding: 0 12px; }
 .jp-RenderedHTMLCommon table#substrates th small, .jp-RenderedHTMLCommon table#substrates
   td.verdict small { font-weight: normal; }
 .jp-RenderedHTMLCommon table#substrates td.verdict { font-weight: 600; white-space: nowrap; }
+.jp-RenderedHTMLCommon table#substrates td.verdict small { white-space: normal; }
 .jp-RenderedHTMLCommon table#substrates td.na { color: #666; font-style: italic;
   text-align: center; }
 .jp-RenderedHTMLCommon table#substrates td[data-outcome="holds"] { background: #d8ecf7; }

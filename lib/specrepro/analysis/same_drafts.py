@@ -57,10 +57,10 @@ def same_drafts(f: Finding) -> str:
     first = paired.sort(_KEY).row(0, named=True)
     drafts, accepted = (int(x) for x in first["counts"][0].split("/"))
     runs = int(paired["runs"].sum() + paired["runs_base"].sum())
-    return (f"{labels[arm]} proposed exactly what {labels[base]} did: the same number of "
-            f"drafts and of accepted draft tokens in all {paired.height} paired greedy cells "
-            f"({runs} runs, {int(paired['drafts'].sum()):,} of its drafts; e.g. "
-            f"{drafts:,} drafts and {accepted:,} accepted on {first['workload']} at "
-            f"{first['concurrency']} stream{'s' if first['concurrency'] != 1 else ''}), so "
-            "the engine served the same drafter to both arms and the change was never "
+    return (f"the engine served the same drafter to both arms; {labels[arm]} proposed "
+            f"exactly what {labels[base]} did, the same number of drafts and of accepted "
+            f"draft tokens in all {paired.height} paired greedy cells ({runs} runs, "
+            f"{int(paired['drafts'].sum()):,} of its drafts; e.g. {drafts:,} drafts and "
+            f"{accepted:,} accepted on {first['workload']} at {first['concurrency']} "
+            f"stream{'s' if first['concurrency'] != 1 else ''}), so the change was never "
             "measured")
