@@ -256,10 +256,10 @@ def substrates_table(reports: list[Report]) -> str:
                                          if rep.executed else "not executed into this folder")
         rows.append(f"<tr data-notebook='{_esc(rep.id)}'><td>{link}</td>{cells}"
                     f"<td class='teaching'><small>{_esc(teach)}</small></td></tr>")
-    return ("<h2 id='claims-on-substrates'>The claims on each substrate</h2><p class='meta'>Each suite's "
-            "stored results replayed and judged by the same rules; a substrate with nothing "
-            "stored for a finding says so, never a number. Each report's second table gives "
-            "the checks one by one.</p>"
+    return ("<h2 id='claims-on-substrates'>The claims on each substrate</h2>"
+            "<p class='meta'>Each suite's stored results replayed and judged by the same "
+            "rules; a substrate with nothing stored for a finding says so, never a number. "
+            "Each report's second table gives the checks one by one.</p>"
             f"<table id='substrates' class='specrepro substrates index'><colgroup>{cols}"
             f"</colgroup><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
 

@@ -28,8 +28,9 @@ Design:
   (`finding.cuda_arms`: `--device cuda`, or a launched vLLM or SGLang), so a reason true of
   the embedded engine on a CPU is not given where it ran on the H200; `needs: power` makes
   it untestable where no watts were measured, `needs: drafter_change` where the changed
-  drafter proposed exactly what the baseline's did (the engine ignored the change). A rule whose arm,
-  workload or level the study did not measure is not testable either, with that reason.
+  drafter proposed exactly what the baseline's did (the engine ignored the change). A rule
+  whose arm, workload or level the study did not measure is not testable either, with that
+  reason.
 - Validation happens on load (`parse_checks`), so a typo fails naming the notebook, the
   check and the key.
 """

@@ -522,10 +522,9 @@ def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[Ch
         if (gate.workload, gate.concurrency, gate.threshold) in declared:
             continue
         row = evaluate_gate(f.cells, gate)
-        outcome = {"pass": "holds", "fail": "does not hold"}.get(row["result"],
-                                                                 "not testable here")
-        if unchanged:
-            outcome = "not testable here"
+        outcome = ("not testable here" if unchanged else  # an unchanged drafter: see why
+                   {"pass": "holds", "fail": "does not hold"}.get(row["result"],
+                                                                  "not testable here"))
         value = "n/a" if row["value"] is None else _num(row["value"], gate.unit or "")
         out.append(CheckResult(
             f"substitute (this suite's gate): {gate.name}", outcome, substitute=True,
@@ -565,31 +564,30 @@ def _article_only(f: Finding, claims: Claims, rule: Rule) -> str:
         return ""
 
 
+def _not_testable_beside(f: Finding, claims: Claims, rule: Rule, why: str) -> CheckResult:
+    """A check not testable for `why`, with what was measured still standing beside it."""
+    res = CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=why,
+                      article=_article_only(f, claims, rule))
+    try:
+        seen = KIND[rule.kind](f, claims, rule)
+        res.article, res.measured = seen.article, seen.measured
+    except _Untestable:
+        pass
+    return res
+
+
 def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
     """One check on one finding."""
     engines, where = _engines(f, rule, claims), _devices(f, rule)
     for nt in rule.not_testable:
         if engines & set(nt.engines) and (nt.device is None or nt.device in where):
-            res = CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=nt.why,
-                              article=_article_only(f, claims, rule))
-            try:  # what was measured still stands beside it
-                seen = KIND[rule.kind](f, claims, rule)
-                res.article, res.measured = seen.article, seen.measured
-            except _Untestable:
-                pass
-            return res
+            return _not_testable_beside(f, claims, rule, nt.why)
     if rule.needs == "power" and not f.has_power:
         return CheckResult(rule.claim, "not testable here", rule=rule.text(),
                            reason="no power source on this run (no NVML GPU): no watts",
                            article=_article_only(f, claims, rule))
     if rule.needs == "drafter_change" and (why := same_drafts(f)):
-        res = CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=why,
-                          article=_article_only(f, claims, rule))
-        try:  # what was measured still stands beside it
-            res.measured = KIND[rule.kind](f, claims, rule).measured
-        except _Untestable:
-            pass
-        return res
+        return _not_testable_beside(f, claims, rule, why)
     try:
         return KIND[rule.kind](f, claims, rule)
     except _Untestable as why:
