@@ -193,6 +193,9 @@ SERVER_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("--max-num-seqs",), dict(type=int, default=8, help="request slots")),
     (("--max-model-len",), dict(type=model_length, default=4096)),
     (("--max-num-batched-tokens",), dict(type=int, default=512)),
+    (("--batched-prefill",), dict(action="store_true",
+                                  help="prefill every chunk of a step in one padded pass "
+                                       "(default: one pass per request, batch-invariant)")),
     (("--kv-cache-memory-bytes",), dict(type=int, default=None,
                                         help="KV budget in bytes; the target's and the "
                                              "drafter's caches draw from it")),

@@ -6,7 +6,7 @@ Design:
 - Plain data checked at construction (`__post_init__` names the field, the value and what
   was expected); the server builds one from its command line, tests and benchmarks directly.
 - What each execution knob does lives where it acts: graphs.py (CUDA graphs, static shapes),
-  model.py (weight layout), engine.py (KV budget, batching).
+  model.py (weight layout), engine.py (KV budget, batching), prefill.py (batched prefill).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class EngineConfig:
     max_num_seqs: int = 8
     max_model_len: int = 4096
     max_num_batched_tokens: int = 512
+    # every prefill chunk of a step in one padded pass (prefill.py: faster admission under
+    # load; a chunk's numbers then depend on its batch in the last bits); off: one pass each
+    batched_prefill: bool = False
     kv_cache_memory_bytes: int | None = None
     speculative: dict | None = None  # vLLM's --speculative-config keys
     max_waiting: int = 256

@@ -14,10 +14,11 @@ Design:
   therefore runs as many requests as its tokens allow, a slot-limited one as many as its
   slots allow. Accounting is by tokens, as a paged cache would be; the contiguous rows
   themselves are allocated for `max_model_len` each.
-- A step: admit waiting requests into free slots; prefill chunks (one target pass per
-  prefilling request, `max_num_batched_tokens` per step shared with the decode rows, the
-  final chunk samples the first token); then one speculative step (spec.py) for every
-  request that was decoding when the step began.
+- A step: admit waiting requests into free slots; prefill chunks (prefill.py: one target
+  pass per prefilling request, or with `batched_prefill` all in one padded pass;
+  `max_num_batched_tokens` per step shared with the decode rows, the final chunk samples
+  the first token); then one speculative step (spec.py) for every request that was
+  decoding when the step began.
 - The step is batched: rows are gathered into [B] tensors once, the stages run on tensors
   and one `.tolist()` brings the accepted tokens back. A row's output does not depend on its
   batch: drafts are padded after real tokens (invisible under causal attention), sampling
@@ -46,6 +47,7 @@ from pathlib import Path
 
 import torch
 
+from specrepro.embedded import prefill
 from specrepro.embedded import spec as spec_mod
 from specrepro.embedded.config import DTYPES, EngineConfig
 from specrepro.embedded.graphs import _DecodeStep, _Forward, eager_attention
@@ -55,8 +57,6 @@ from specrepro.embedded.sampling import (
     SamplingParams,
     SamplingTensors,
     make_generator,
-    sample,
-    warp,
 )
 from specrepro.embedded.spec import DecodeBatch
 from specrepro.speculative import SpecConfig
@@ -373,10 +373,7 @@ class LLMEngine:
             budget = max(1, self.config.max_num_batched_tokens // 4)
         if prefilling:
             with eager_attention(self.device):
-                for seq in prefilling:
-                    if budget <= 0:
-                        break
-                    budget -= self._prefill_chunk(seq, budget, outputs)
+                prefill.run(self, prefilling, budget, outputs)
         if decoding:
             self._decode(decoding, k, outputs)
         if decoding or prefilling:
@@ -406,29 +403,6 @@ class LLMEngine:
         sync()
         self.stats.forward_s += time.perf_counter() - t
         return out
-
-    def _prefill_chunk(self, seq: _Sequence, budget: int, outputs: list) -> int:
-        prompt = seq.req.prompt_token_ids
-        start = seq.num_computed
-        end = min(len(prompt), start + budget)
-        ids = torch.tensor([prompt[start:end]], dtype=torch.int64, device=self.device)
-        pos = torch.arange(start, end, device=self.device)[None]
-        slot = torch.tensor([seq.slot], device=self.device)
-        last = end == len(prompt)
-        layers = tuple(getattr(self.proposer, "target_layers", ()) or ())
-        out = self._timed(self._forward, ids, pos, slot, layers, "last" if last else "none")
-        if self.proposer is not None:
-            self._timed(self._proposer_calls.observe, slot, ids, pos, out.hidden)
-        seq.num_computed = seq.context_len = end
-        self.stats.prompt_tokens += end - start
-        if last:  # the prompt's last logits give the first output token
-            logits = out.logits[:, -1]  # [1, V]
-            if seq.req.sampling.is_greedy:
-                tok = int(logits.argmax(-1))
-            else:
-                tok = int(sample(warp(logits, [seq.req.sampling]), [seq.generator])[0])
-            self._emit(seq, [tok], outputs)
-        return end - start
 
     def _decode(self, seqs: list[_Sequence], k: int, outputs: list) -> None:
         params = [s.req.sampling for s in seqs]

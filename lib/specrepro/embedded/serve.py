@@ -541,6 +541,7 @@ def build_engine(args):
         model_dir=args.model, device=args.device, dtype=args.dtype,
         quantization=args.quantization, max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len, max_num_batched_tokens=args.max_num_batched_tokens,
+        batched_prefill=args.batched_prefill,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes, speculative=args.speculative_config,
         max_waiting=args.max_waiting, seed=args.seed, compile=args.compile,
         num_threads=engine_threads(args)))
