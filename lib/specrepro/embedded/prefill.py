@@ -103,7 +103,8 @@ def _padded(engine, batch: list[tuple], width: int, outputs: list) -> None:
     rows = torch.tensor(finals, device=dev)
     last = torch.tensor([batch[i][2] - batch[i][1] - 1 for i in finals], device=dev)
     h = out.last_hidden[rows, last]  # [F, D]: each final row's last real position
-    logits = engine.model.lm_head(engine.model.model.norm(h))  # [F, V]
+    head = engine.model
+    logits = engine._timed(lambda: head.lm_head(head.model.norm(h)))  # [F, V], as "last" does
     _first_tokens(engine, [batch[i][0] for i in finals], logits, outputs)
 
 
