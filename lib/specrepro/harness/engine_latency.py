@@ -47,9 +47,14 @@ PHASES = ("queue", "prefill", "decode", "ttft", "itl", "e2e")
 COLUMNS = (*(f"engine_{p}_ms" for p in PHASES), "engine_busy_share")
 
 
-def _sum_count(found: dict, name: str) -> tuple[float, float] | None:
-    s, n = promtext.total(found, f"{name}_sum"), promtext.total(found, f"{name}_count")
-    return None if s is None or n is None else (s, n)
+def _grown(old: dict, new: dict, name: str, lazy: bool) -> float | None:
+    """How much a sample (summed over its label sets) grew between two scrapes; None where
+    a scrape lacks it or it went down (a restart). A lazy family's sample missing from the
+    first scrape only counts from zero (module docstring)."""
+    b, a = promtext.total(old, name), promtext.total(new, name)
+    if b is None and a is not None and lazy:
+        b = 0.0
+    return None if a is None or b is None or a < b else a - b
 
 
 def fields(before: str | None, after: str | None, family: str,
@@ -63,19 +68,13 @@ def fields(before: str | None, after: str | None, family: str,
     lazy = fam in promtext.COUNTERS_APPEAR_ON_FIRST_USE
     old, new = promtext.samples(before), promtext.samples(after)
     for phase, name in HISTOGRAMS[fam].items():
-        b, a = _sum_count(old, name), _sum_count(new, name)
-        if b is None and a is not None and lazy:
-            b = (0.0, 0.0)
-        if a is None or b is None:
-            continue
-        d_sum, d_count = a[0] - b[0], a[1] - b[1]
-        if d_count > 0 and d_sum >= 0:
+        d_sum = _grown(old, new, f"{name}_sum", lazy)
+        d_count = _grown(old, new, f"{name}_count", lazy)
+        if d_sum is not None and d_count:
             out[f"engine_{phase}_ms"] = 1000.0 * d_sum / d_count
     busy = BUSY_SECONDS.get(fam)
     if busy is not None and wall_s:
-        b, a = promtext.total(old, busy), promtext.total(new, busy)
-        if b is None and a is not None and lazy:
-            b = 0.0
-        if a is not None and b is not None and a >= b:
-            out["engine_busy_share"] = (a - b) / wall_s
+        spent = _grown(old, new, busy, lazy)
+        if spent is not None:
+            out["engine_busy_share"] = spent / wall_s
     return out
