@@ -6,13 +6,15 @@
 #   bash scripts/gpu_measure.sh params/h200-engines.yaml 520 $OUT/h200.tar.gz \
 #       --notebook 01_drafter_block_sweep --notebook 02_temperature_spread
 #
-# It runs in gpu_env.sh's environment (the vLLM bundle's, GSM8K from .device/data, the
-# drafters exported once per machine), keeps the store outside the working tree on the
-# machine (each command copies the checkout over the working tree again; the first one copies
-# the committed store there), and writes the studies it runs to ARCHIVE after every cell.
-# `--probe STUDY` (repeatable) first asks that study's unanswered probes (`specrepro probe`:
-# one engine start each) into the same store; the run then gets what is left of DEADLINE_S,
-# and its archive holds the probes' answers when it also runs that study. Exit status: specrepro run's (75: the deadline left cells).
+# It runs in gpu_env.sh's environment (a staged bundle's: vLLM's, or the one
+# SPECREPRO_GPU_ENV names; GSM8K from .device/data; the drafters exported once per machine),
+# keeps the store outside the working tree on the machine (each command copies the checkout
+# over the working tree again; the first one copies the committed store there), and writes
+# the studies it runs to ARCHIVE after every cell. `--probe STUDY` (repeatable) first asks
+# that study's unanswered probes (`specrepro probe`: one engine start each) into the same
+# store; the run then gets what is left of DEADLINE_S, and its archive holds the probes'
+# answers when it also runs that study. Exit status: specrepro run's (75: the deadline left
+# cells).
 set -uo pipefail
 if [ $# -lt 3 ]; then
     echo "usage: $0 SUITE DEADLINE_S ARCHIVE [specrepro run options...]" >&2

@@ -266,8 +266,6 @@ def missing_text(study: ResolvedStudy, missing: pl.DataFrame) -> str:
     return "; ".join(parts)
 
 
-
-
 def cuda_arms(study: ResolvedStudy) -> list[str]:
     """The arms whose engine needs an NVIDIA GPU: run with `--device cuda`, or a vLLM or
     SGLang the harness launches (an attached one is wherever its URL is)."""

@@ -21,8 +21,8 @@ from pathlib import Path
 import polars as pl
 from IPython.display import HTML, Image, Markdown, display
 
-from specrepro.analysis import figures as figs
 from specrepro.analysis import engine_starts, probes, tables
+from specrepro.analysis import figures as figs
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding, devices
 from specrepro.analysis.substrates import compare, substrates_html
