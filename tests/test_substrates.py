@@ -4,7 +4,9 @@ claims.yaml's `device: cpu | cuda` notes (analysis/claims.py, rules.py, verdicts
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
+import polars as pl
 import pytest
 import yaml
 
@@ -55,22 +57,62 @@ def test_01_has_all_three_substrates_with_the_same_rules(nb01):
         "-22.6% (8 streams, T=0)"
 
 
-def test_a_study_measured_in_part_says_how_many_cells_and_judges_only_those():
-    """04 on the embedded engine on the H200 (2026-12-02): the command's deadline left 5 of
-    transformers' assisted-generation cells (about 47 s each at 44 tok/s): the substrate is
-    partial, says which cells, and its checks read only what was measured, never estimated."""
-    cmp = compare("04_engine_comparison")
-    by = {s.ref: s for s in cmp.substrates}
-    stored = load_cells(substrates.project_root() / "results/h200-embedded/04_engine_comparison")
-    assert stored.height == 19
-    assert by[EMBEDDED_H200].status == "partial"
-    assert by[EMBEDDED_H200].header == "partial: 19 of 24 cells"
-    f = substrates.replay(EMBEDDED_H200.params, "04_engine_comparison")
+def store_as_it_stood(tmp_path, notebook: str, before: str) -> SuiteRef:
+    """The h200-embedded suite over a copy of one notebook's committed store holding only the
+    sessions that began before `before` (a session id): the store as it stood then."""
+    root = substrates.project_root()
+    suite = yaml.safe_load((root / EMBEDDED_H200.params).read_text())
+    suite.update(results_dir=str(tmp_path / "results"), profiles=str(root / "params/profiles"))
+    suite.pop("studies", None)
+    for binding in suite["notebooks"].values():
+        binding["study"] = str(root / "params" / binding["study"])
+    src = root / "results/h200-embedded" / notebook / "h200-embedded"
+    dst = tmp_path / "results" / notebook / "h200-embedded"
+    shutil.copytree(src, dst)
+    for table in ("cells", "requests"):
+        for part in (dst / table).glob("*.parquet"):
+            frame = pl.read_parquet(part)
+            if "session_id" not in frame.columns:  # requests: keep those of the kept cells
+                kept = pl.read_parquet(dst / "cells" / part.name)["cell_id"]
+                frame.filter(pl.col("cell_id").is_in(kept.implode())).write_parquet(part)
+            else:
+                frame.filter(pl.col("session_id") < before).write_parquet(part)
+    path = tmp_path / "h200-embedded.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return SuiteRef(str(path), EMBEDDED_H200.role)
+
+
+def test_a_study_measured_in_part_says_how_many_cells_and_judges_only_those(tmp_path):
+    """04 on the embedded engine on the H200 as the first command left it (2026-12-02,
+    06:51 UTC): its deadline left 5 of transformers' assisted-generation cells (about 47 s
+    each at 44 tok/s): the substrate is partial, says which cells, and its checks read only
+    what was measured, never estimated. (The next command measured them at 14:34 UTC.)"""
+    ref = store_as_it_stood(tmp_path, "04_engine_comparison", "20261202T143215Z")
+    cmp = compare("04_engine_comparison", suites=(ref, CPU))
+    part = cmp.substrates[0]
+    assert part.status == "partial"
+    assert part.header == "partial: 19 of 24 cells"
+    f = substrates.replay(ref.params, "04_engine_comparison")
     assert f.missing_text() == ("engine-b-spec: 1 stream at essays (2 of its 3 repeats: 1, 2), "
                                 "1 stream at gsm8k")
-    spec = by[EMBEDDED_H200].checks[1]  # engine A faster with speculation: B's one run
+    spec = part.checks[1]  # engine A faster with speculation: B's one run
     assert "against 43.9 tok/s (1 run)" in spec.measured
-    assert "holds on the embedded engine and transformers on the H200 (partial)" in cmp.teaching()
+    assert "(partial)" in cmp.teaching()
+
+
+def test_04_on_the_embedded_engine_is_whole_across_two_transformers_versions():
+    """All 24 cells of 04 on the embedded engine on the H200 (2026-12-02): transformers'
+    no-speculation cells ran under 5.8.1 (SGLang's bundle), its assisted-generation cells under
+    5.17.0 (the machine's own); a cell is matched with its own engine version, the report names
+    both, and the earlier 5.8.1 attempt of one cell is kept in the store but not judged twice."""
+    cmp = compare("04_engine_comparison")
+    s = next(s for s in cmp.substrates if s.ref == EMBEDDED_H200)
+    stored = load_cells(substrates.project_root() / "results/h200-embedded/04_engine_comparison")
+    assert stored.height == 25
+    assert s.status == "measured" and s.header == "24 cells"
+    assert s.name == ("specrepro-embedded 0.1.0, transformers 5.8.1, transformers 5.17.0 on "
+                      "1x NVIDIA H200")
+    assert "(1 run)" not in s.checks[1].measured
 
 
 def test_04_on_the_real_engines_is_whole_and_judged():
@@ -121,12 +163,13 @@ def test_01_teaching_line_names_the_changes_and_the_effects(nb01):
             "(effect -5.0% in the article, +0.8% on vLLM on the H200") in line
 
 
-def test_06_h200_embedded_is_partial():
+def test_06_h200_embedded_is_whole():
+    """06 on the embedded engine on the H200: 61 cells on 2026-12-01/02, the other 47 (the two
+    schedules' arms) at 14:36-14:38 UTC on 2026-12-02."""
     cmp = compare("06_draft_schedule_under_load")
     s = next(s for s in cmp.substrates if s.ref == EMBEDDED_H200)
-    assert s.status == "partial" and s.header == "partial: 61 of 108 cells"
-    assert "(partial)" in cmp.teaching()
-    assert [c.outcome for c in s.checks][1:] == ["not testable here"] * 3
+    assert s.status == "measured" and s.header == "108 cells"
+    assert "(partial)" not in cmp.teaching()
 
 
 def test_a_missing_substrate_is_a_column_saying_not_measured(tmp_path):
