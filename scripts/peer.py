@@ -8,7 +8,7 @@ histograms).
         --store "embedded=results/h200-embedded/peer-embedded/h200-embedded" \\
         --store "vLLM 0.26.0=results/h200-engines/peer-vllm/h200-engines" \\
         --store "SGLang 0.5.14=results/h200-engines/peer-sglang/h200-engines" \\
-        [--subject embedded] [--markdown]
+        [--subject embedded] [--against "vLLM 0.26.0" ...] [--markdown]
 
 A figure, not a test: a missed target is printed as missed, never fails the run. Measure the
 stores with `specrepro run SUITE --study peer-…` (each engine alone on the machine).
@@ -27,6 +27,10 @@ def main(argv=None) -> dict:
                     help="a run directory <results_dir>/<study>/<run_id> and the engine's name")
     ap.add_argument("--subject", default=None,
                     help="the engine whose ratios over the others are given (default: the first)")
+    ap.add_argument("--against", action="append", default=[], metavar="NAME",
+                    help="an engine the subject's targets are held against (repeatable; "
+                         "default: every other store, which a store of the subject in another "
+                         "configuration should not be)")
     ap.add_argument("--markdown", action="store_true", help="a Markdown table")
     args = ap.parse_args(argv)
     try:
@@ -38,7 +42,10 @@ def main(argv=None) -> dict:
         table = peer.table(stores, subject)
     except parity.ParityError as err:
         ap.error(f"--subject: {err}")
-    lines = peer.targets(stores, subject)
+    try:
+        lines = peer.targets(stores, subject, against=args.against)
+    except parity.ParityError as err:
+        ap.error(f"--against: {err}")
     time = peer.time_table(stores)
     print(parity.render(table, args.markdown))
     print()

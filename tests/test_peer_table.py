@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from conftest import load_script
 from specrepro import results
 from specrepro.analysis import parity, peer
@@ -95,3 +97,23 @@ def test_where_the_time_goes_sets_the_engines_histograms_beside_the_clients(tmp_
     assert rows["vLLM"]["engine TTFT (ms)"] is None
     table = peer.time_table(stores)
     assert table.frame.height == 3 and table.caption.startswith("Where the autoregressive")
+
+
+def test_targets_are_held_only_against_the_engines_named(tmp_path, capsys):
+    """A store of the subject in another configuration sits in the table but is no peer to
+    beat; naming the subject itself, or a name no store has, is an error naming it."""
+    new = store(tmp_path, "new", {("none", 1): [1600]})
+    old = store(tmp_path, "old", {("none", 1): [1500]})
+    vll = store(tmp_path, "vllm", {("none", 1): [600]})
+    stores = [parity.load_store(n, p) for n, p in
+              (("embedded batched", new), ("embedded", old), ("vLLM", vll))]
+    assert len(peer.targets(stores, "embedded batched")) == 2
+    lines = peer.targets(stores, "embedded batched", against=["vLLM"])
+    assert lines == [("gsm8k, 1 stream: embedded batched 1,600.0 tok/s against vLLM 600.0: "
+                      "2.67x (target >= 1.5x) met")]
+    with pytest.raises(parity.ParityError, match="against itself"):
+        peer.targets(stores, "embedded batched", against=["embedded batched"])
+    script = load_script("peer")
+    with pytest.raises(SystemExit):
+        script.main(["--store", f"a={new}", "--store", f"b={vll}", "--against", "c"])
+    assert "--against: reference 'c' is not among the stores' names" in capsys.readouterr().err

@@ -19,6 +19,8 @@ Design:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import polars as pl
 
 from specrepro.analysis import parity, tables
@@ -133,15 +135,20 @@ def time_table(stores: list[parity.Store]) -> Table:
 
 
 def targets(stores: list[parity.Store], subject: str,
-            wanted: dict[int, float] = TARGETS) -> list[str]:
+            wanted: dict[int, float] = TARGETS, against: Sequence[str] = ()) -> list[str]:
     """The issue's autoregressive targets, one line each: met, missed (with the ratio) or
-    not measured (with what is missing)."""
+    not measured (with what is missing). `against` names the engines the subject is held
+    to (default: every other store; a store of the subject itself in another configuration,
+    shown beside it in the tables, is no peer to beat)."""
     me = parity.reference_of(stores, subject)
+    peers = [s for s in stores if s is not me]
+    if against:
+        peers = [parity.reference_of(stores, name) for name in against]
+        if me in peers:
+            raise parity.ParityError(f"the subject {subject!r} cannot be held against itself")
     lines = []
     for streams, least in wanted.items():
-        for s in stores:
-            if s is me:
-                continue
+        for s in peers:
             for level in (lv for lv in _levels(stores) if lv["concurrency"] == streams):
                 a = parity._mean(parity._at(me, {**level, "arm": NONE_ARM}), "agg_tok_s")
                 b = parity._mean(parity._at(s, {**level, "arm": NONE_ARM}), "agg_tok_s")
