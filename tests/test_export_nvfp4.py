@@ -249,6 +249,34 @@ def test_input_global_scales_are_the_engines_calibration(source, tensors):
         assert torch.allclose(tensors[f"{n}.input_global_scale"], 448.0 * 6.0 / a.float()), n
 
 
+# the amax as another machine would compute it: the same torch with its kernels held to SSE
+# (ATen's vectorized ops, oneDNN and MKL), as on a CPU without AVX2, AVX-512 or AVX-512 BF16
+OTHER_CPU = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+             "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+AMAX_HEX = ("import sys; from pathlib import Path; from specrepro.embedded import export_nvfp4 "
+            "as ex; from safetensors.torch import load_file; ck = Path(sys.argv[1]); "
+            "names = ex._linear_names(load_file(str(ck / 'model.safetensors'))); "
+            "a = ex.calibrate_input_amax(ck, names); "
+            "print(' '.join(float(a[n]).hex() for n in names))")
+
+
+def test_the_calibration_is_the_same_on_another_instruction_set(source):
+    """The exported bytes key the stored cells of the arm that serves them (their folder's
+    fingerprint), so they must not depend on the machine that exported them: in bf16 the
+    calibration's amax moved with the CPU's instruction set (three sets on one machine)."""
+    import os
+    import subprocess
+    import sys
+    names = _linears(source)
+    here = ex.calibrate_input_amax(CKPT, names)
+    assert all(a.dtype == torch.float32 and a.ndim == 0 for a in here.values())
+    env = {**os.environ, **OTHER_CPU,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", AMAX_HEX, str(CKPT)], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert out == [float(here[n]).hex() for n in names]
+
+
 def test_weight_only_scheme_has_no_input_scales(tmp_path):
     out = ex.export_nvfp4(CKPT, tmp_path / "a16", scheme="nvfp4a16")
     assert not [k for k in load_file(str(out / "model.safetensors"))

@@ -36,8 +36,13 @@ fact below was read from the released wheels: `vllm-0.26.0-cp38-abi3-manylinux_2
   as the first supported NVFP4 kernel below the sm100 ones (:446-458, nvfp4/marlin.py:18-40,
   which logs "...Weight-only FP4 compression will be used leveraging the Marlin kernel...").
 - W4A4 activation global scales come from the engine's own calibration (quant.py
-  `calibrate_activation_amax` over `CALIBRATION_TEXT` on the bf16 target, here on the CPU);
-  G_in = 448 * 6 / input_amax, shared by a fused layer's shards (one input).
+  `calibrate_activation_amax` over `CALIBRATION_TEXT`), run on the target in float64 on the
+  CPU and rounded to float32; G_in = 448 * 6 / input_amax, shared by a fused layer's shards
+  (one input). Not in bf16: a bf16 CPU matmul's result depends on the CPU's instruction set
+  (AVX-512 BF16, AVX2 and SSE gave three different sets of amax on one machine), so the
+  checkpoint's bytes, and with them the fingerprint that keys every stored cell of the arm
+  serving it, would change with the machine that exported it. In float64 the instruction
+  set moves the last bits, which the rounding to float32 removes.
 - Imports torch, safetensors and specrepro.embedded only: it runs on the GPU image.
 """
 
@@ -69,7 +74,7 @@ FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj
 COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
           "generation_config.json")
 E4M3_EPS = 0.125  # compressed-tensors' stand-in for a block scale of 0 (helpers.py:364-366)
-EXPORTER_FORMAT = 1  # bump when what is written changes
+EXPORTER_FORMAT = 2  # bump when what is written changes (2: input amax calibrated in float64)
 
 
 # --------------------------------------------------------------------------- the format
@@ -179,13 +184,15 @@ def _read(checkpoint: Path) -> tuple[dict, dict, Path]:
 
 
 def calibrate_input_amax(checkpoint: Path, names: list[str]) -> dict[str, torch.Tensor]:
-    """Each Linear's input amax from the engine's own calibration (bf16 target, CPU)."""
+    """Each Linear's input amax (float32 scalars) from the engine's own calibration, run in
+    float64 on the CPU: the same on every machine (the module docstring says why not bf16)."""
     from specrepro.embedded.checkpoint import load_target
     from specrepro.embedded.quant import calibrate_activation_amax, calibration_batches
-    model, tok = load_target(checkpoint, dtype=torch.bfloat16)
+    model, tok = load_target(checkpoint, dtype=torch.float64)
     batches = calibration_batches(tok, model.config.vocab_size, "cpu")
     with torch.no_grad():
-        return calibrate_activation_amax(model, names, batches, lambda ids: model(ids))
+        amax = calibrate_activation_amax(model, names, batches, lambda ids: model(ids))
+    return {n: a.to(torch.float32) for n, a in amax.items()}
 
 
 def quantize_tensors(tensors: dict, input_amax: dict | None = None) -> dict:
