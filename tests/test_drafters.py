@@ -86,7 +86,9 @@ def test_block_drafter_truncates_and_extends(ckpt):
     t7, l7 = prop.propose(slots, cl, last, 7)
     t3, l3 = prop.propose(slots, cl, last, 3)
     t9, _ = prop.propose(slots, cl, last, 9)
-    assert torch.equal(t3[0], t7[0, :3]) and torch.allclose(l3, l7[:, :3])
+    # the same logits up to float32 rounding: a block of 3 and one of 7 are matmuls of other
+    # shapes, whose CPU kernels sum in another order (4.8e-7 at most on an AVX-512 host)
+    assert torch.equal(t3[0], t7[0, :3]) and (l3 - l7[:, :3]).abs().max().item() < 1e-4
     assert t9.shape == (1, 9)
 
 
