@@ -14,7 +14,7 @@ import pytest
 from specrepro import analysis as sa
 from specrepro import identity, params, pipeline, results
 from specrepro.analysis import finding as finding_mod
-from specrepro.analysis import report, tables
+from specrepro.analysis import report, summary, tables
 from specrepro.harness.runner import RunSummary
 from specrepro.params import Gate, ParamsError
 
@@ -215,6 +215,36 @@ def test_rows_of_the_same_level_under_another_prompt_form_are_left_out(tmp_path)
     study = write_cells(tmp_path, SMOKE, "07_the_bill", plain, overrides=completion)
     f = pipeline.load_finding(SMOKE, "07_the_bill", "replay", tmp_path, completion)
     assert f.cells.height == sum(1 for _ in study.cells())
+
+
+def test_a_partial_store_says_which_stored_rows_another_identity_kept_out(tmp_path):
+    """An arm whose stored cells were made under another profile (here a flag; on the H200 an
+    NVFP4 export written anew, whose content fingerprint is part of the profile): the
+    partial line names how many rows were left out and both profile hashes, never 'no
+    measurement' alone; an arm measured as declared adds nothing."""
+    arms = [{"name": "none", "profile": "embedded-none"},
+            {"name": "mtp-control", "profile": "embedded-mtp-memory-matched"},
+            {"name": "dflash-k7", "profile": "embedded-dflash"}]
+    other = {"arms": [*arms[:2], {**arms[2], "overrides": {"flags": {"seed": 1}}}]}
+    then = write_cells(tmp_path, SMOKE, "07_the_bill", plain, overrides=other)
+    suite, now = pipeline.study_for(SMOKE, "07_the_bill")
+    store = results.ResultStore(tmp_path, now.name, suite.run_id)
+    recorded = {a.name: identity.profile_hash(a.resolved) for a in then.arms}
+    store.begin_session({"engines": [{"arm": n, "profile_hash": h}
+                                     for n, h in recorded.items()]})
+    store.end_session()
+    f = pipeline.load_finding(SMOKE, "07_the_bill", "replay", tmp_path)
+    assert f.missing == 2 and f.missing_text() == "dflash-k7: all 2 cells"
+    current = identity.profile_hash(next(a for a in now.arms if a.name == "dflash-k7").resolved)
+    assert recorded["dflash-k7"] != current and recorded["none"] == identity.profile_hash(
+        now.arms[0].resolved)
+    want = (f"2 stored cells of dflash-k7 at those levels were measured under another "
+            f"identity: the manifest records its profile as {recorded['dflash-k7']} at their "
+            f"engine starts, resolved now it is {current} (a profile field changed, or the "
+            "content of models/embedded is not what the engine served: an export written "
+            "anew)")
+    assert f.other_identity_text() == want
+    assert want in summary.partial(f) and want in f.describe()
 
 
 def test_overrides_merge_into_the_study_and_unknown_keys_fail(tmp_path):

@@ -11,7 +11,10 @@ CutlassFP8ScaledMMLinearKernel" for online FP8). This module folds those entries
 row per arm of the study:
 - an entry belongs to an arm when its arm name matches and it was launched from the arm's
   profile as resolved now (`identity.profile_hash`; entries older than the hash, by profile
-  name), so a start under a since-changed profile is not shown as this arm's;
+  name), so a start under a since-changed profile is not shown as this arm's; an arm that
+  has only such starts (its profile changed since, or a local folder it serves was written
+  anew, e.g. an export) keeps its row, labelled with both hashes: what the engine said then
+  is still what it said, but the arm's cells from those starts are not judged;
 - the facts of the latest successful start, the range of ready times over every successful
   start (a fresh machine's first start compiles; a later one may hit the compile cache), and
   the count of failed starts (their errors are in the manifest and the probes table);
@@ -37,15 +40,15 @@ CAPTION = ("How each arm's engine started: what the engine logged at start-up, f
            "start; a failed start's error is in the manifest)")
 
 
-def _entries(manifest: dict, arm: ResolvedArm) -> list[dict]:
-    """The engine entries of this arm's launches under its profile as resolved now."""
-    want = identity.profile_hash(arm.resolved)
+def _entries(manifest: dict, arm: ResolvedArm, want: str | None) -> list[dict]:
+    """The engine entries of this arm's launches under its profile (by name) whose profile
+    hash is `want` (None: any hash)."""
     out = []
     for session in manifest.get("sessions", []):
         for eng in session.get("engines") or []:
             if eng.get("arm") != arm.name or eng.get("profile") != arm.resolved.name:
                 continue
-            if eng.get("profile_hash") not in (None, want):
+            if want is not None and eng.get("profile_hash") not in (None, want):
                 continue
             out.append(eng)
     return out
@@ -68,15 +71,22 @@ def starts(study: ResolvedStudy, manifest: dict) -> pl.DataFrame:
     """One row per arm with a launch in the manifest (COLUMNS), in the study's arm order."""
     rows = []
     for arm in study.arms:
-        entries = _entries(manifest, arm)
-        if not entries:
-            continue
+        now = identity.profile_hash(arm.resolved)
+        entries = _entries(manifest, arm, now)
+        label = arm.label or arm.name
+        if not entries:  # only starts under another form of the profile, or none at all
+            entries = _entries(manifest, arm, None)
+            if not entries:
+                continue
+            then = sorted({e.get("profile_hash") for e in entries} - {None})
+            label += (f" [started as profile {', '.join(then)}; resolved now it is {now}: "
+                      "not this arm's cells]")
         ok = [e for e in entries if not e.get("error")]
         last = ok[-1] if ok else {}
         up = last.get("startup") or {}
         version = last.get("version") or arm.resolved.engine_version or ""
         rows.append({
-            "arm": arm.label or arm.name,
+            "arm": label,
             "engine": f"{arm.resolved.engine} {version}".strip(),
             "starts": len(ok), "failed starts": len(entries) - len(ok),
             "ready (s)": _ready(ok),

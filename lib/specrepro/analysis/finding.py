@@ -91,6 +91,13 @@ class Finding:
             return ""
         return missing_text(self.study, missing_cells(self.store_root, self.study, self.cells))
 
+    def other_identity_text(self) -> str:
+        """Why stored ok rows at a missing cell's level were left out, in words ('' when
+        none are): measured under another identity (`other_identity_text`)."""
+        if not self.missing:
+            return ""
+        return other_identity_text(self.study, self.store_root, self.manifest)
+
     @property
     def labels(self) -> dict[str, str]:
         return {a.name: a.label or a.name for a in self.study.arms}
@@ -126,6 +133,7 @@ class Finding:
             + (f"; {self.missing} of the {self.declared} declared cells have no successful "
                f"measurement and are left out, never estimated: {self.missing_text()} (see "
                f"{self.store_root / 'manifest.json'})" if self.missing else "")
+            + (f"; {other}" if (other := self.other_identity_text()) else "")
             + (f"; not measured here: {self.not_measured_why}" if self.not_measured_why
                else "")
         )
@@ -216,6 +224,48 @@ def same_identity(study: ResolvedStudy, rows: pl.DataFrame) -> list[bool]:
         keep.append(any(identity.cell_id(study, c, row["engine_version"]) == row["cell_id"]
                         for c in cands))
     return keep
+
+
+def other_identity_text(study: ResolvedStudy, store_root: Path, manifest: dict) -> str:
+    """The store's ok rows at a missing cell's level (arm, workload, load, sampling, repeat)
+    whose identity is not the declared cell's, per arm in words: how many, and whether the
+    arm's profile as resolved now differs from the one the manifest recorded at their starts
+    (a profile field, or the content of a local model or drafter folder it names: an export
+    written anew) or not (then the study's workload or measurement settings changed)."""
+    if not store_root.is_dir():
+        return ""
+    declared = declared_cells(study)
+    cells = results.load_cells(store_root)
+    cells = cells.filter(pl.col("status") == "ok")
+    at_level = cells.join(declared.select(CELL_MATCH), on=CELL_MATCH, how="semi",
+                          nulls_equal=True)
+    other = at_level.filter(~pl.Series(same_identity(study, at_level), dtype=pl.Boolean))
+    missing = missing_cells(store_root, study)
+    other = other.join(missing.select(CELL_KEY), on=CELL_KEY, how="semi", nulls_equal=True)
+    parts = []
+    for arm in study.arms:
+        rows = other.filter(pl.col("arm") == arm.name)
+        if not rows.height:
+            continue
+        now = identity.profile_hash(arm.resolved)
+        recorded = sorted({e.get("profile_hash") for s in manifest.get("sessions", [])
+                           for e in s.get("engines") or []
+                           if e.get("arm") == arm.name and e.get("profile_hash")} - {now})
+        folders = [ref.id for ref in (arm.resolved.model, arm.resolved.drafter)
+                   if ref is not None and identity.local_model_fingerprint(ref.id)]
+        n = rows.height
+        text = (f"{n} stored cell{'s' if n != 1 else ''} of {arm.name} at those levels "
+                f"{'were' if n != 1 else 'was'} measured under another identity")
+        if recorded:
+            text += (f": the manifest records its profile as {', '.join(recorded)} at their "
+                     f"engine starts, resolved now it is {now} (a profile field changed"
+                     + (f", or the content of {' or '.join(folders)} is not what the engine "
+                        "served: an export written anew" if folders else "") + ")")
+        else:
+            text += (" (its profile is the one recorded; the study's workload, sampling or "
+                     "measurement settings changed)")
+        parts.append(text)
+    return "; ".join(parts)
 
 
 def missing_cells(store_root: Path, study: ResolvedStudy,

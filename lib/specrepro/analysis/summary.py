@@ -133,6 +133,7 @@ def partial(f: Finding) -> str:
     return (f"Partial results: {f.missing} of the {f.declared} cells this study declares have "
             f"no successful measurement ({f.missing_text()}); the checks that need them are "
             "not testable here and no figure stands in for a missing cell"
+            + (f"; {other}" if (other := f.other_identity_text()) else "")
             + (f"; not measured here: {f.not_measured_why}" if f.not_measured_why else ""))
 
 
