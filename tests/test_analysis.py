@@ -245,6 +245,18 @@ def test_a_partial_store_says_which_stored_rows_another_identity_kept_out(tmp_pa
             "anew)")
     assert f.other_identity_text() == want
     assert want in summary.partial(f) and want in f.describe()
+    # a session that recorded its folders' content says which part changed
+    here = identity.local_model_fingerprint("models/embedded")
+    started = {"engines": [{"arm": "dflash-k7", "profile_hash": recorded["dflash-k7"]}],
+               "models": [{"id": "models/embedded", "content_sha256": here}]}
+    text = finding_mod.other_identity_text(now, f.store_root, {"sessions": [started]})
+    assert text.endswith(f"resolved now it is {current} (a profile field changed; its local "
+                         "folders hold the bytes recorded)")
+    started["models"][0]["content_sha256"] = "0123456789abcdef"
+    text = finding_mod.other_identity_text(now, f.store_root, {"sessions": [started]})
+    assert text.endswith("(the engine served other bytes of a local folder than this machine "
+                         f"holds: models/embedded: content 0123456789abcdef then, {here} "
+                         "here, e.g. an export written anew)")
 
 
 def test_overrides_merge_into_the_study_and_unknown_keys_fail(tmp_path):

@@ -22,6 +22,7 @@ from specrepro.grading import grade_gsm8k
 from specrepro.harness import process, promtext
 from specrepro.harness.run_command import main, resolve
 from specrepro.harness.runner import IGNORE_EOS_WARNING, run_study
+from specrepro.identity import local_model_fingerprint
 from specrepro.params import ParamsError
 from specrepro.results import ResultStore, load_attempts
 
@@ -398,6 +399,10 @@ def test_a_launched_engine_and_the_load_generator_run_on_disjoint_cpus(
     session = store.manifest()["sessions"][-1]
     placement, argv = session["placement"], session["engines"][0]["argv"]
     assert 0 < session["engines"][0]["ready_s"] < 120  # launched: start to ready, recorded
+    # the served folder with its content fingerprint, as the cells' identity holds it
+    model = session["models"][0]
+    assert model["id"] == str(tiny_checkpoint)
+    assert model["content_sha256"] == local_model_fingerprint(str(tiny_checkpoint))
     assert session["engines"][0]["placement"] == placement
     assert set(os.sched_getaffinity(0)) == cpus  # the harness is back on its CPUs
     if len(cpus) < 2:

@@ -11,7 +11,10 @@ Design:
   with the row's engine version (`same_identity`, `specrepro.identity.cell_id`); rows of
   the same arm and level made under other parameters (a profile flag, the prompt form, stop
   strings) are left out, so a changed study never mixes its figures with stale ones and
-  `auto` measures it anew.
+  `auto` measures it anew. Where that leaves a declared cell missing, the finding says so
+  (`other_identity_text`): how many rows, the profile hash recorded at their engine starts
+  against the one resolved now, and, where the manifest recorded the served folders'
+  content fingerprints, the folder whose bytes differ here (an export written anew).
 - A store may hold only part of a study (a run stopped at its deadline): the finding keeps
   the missing cells (`missing_cells`) and says in words which they are (`missing_text`);
   nothing stands in for them. `auto` measures them only where this machine can run the
@@ -248,24 +251,49 @@ def other_identity_text(study: ResolvedStudy, store_root: Path, manifest: dict) 
         if not rows.height:
             continue
         now = identity.profile_hash(arm.resolved)
-        recorded = sorted({e.get("profile_hash") for s in manifest.get("sessions", [])
-                           for e in s.get("engines") or []
+        then = [s for s in manifest.get("sessions", [])
+                if any(e.get("arm") == arm.name and e.get("profile_hash") not in (None, now)
+                       for e in s.get("engines") or [])]
+        recorded = sorted({e.get("profile_hash") for s in then for e in s.get("engines") or []
                            if e.get("arm") == arm.name and e.get("profile_hash")} - {now})
-        folders = [ref.id for ref in (arm.resolved.model, arm.resolved.drafter)
-                   if ref is not None and identity.local_model_fingerprint(ref.id)]
         n = rows.height
         text = (f"{n} stored cell{'s' if n != 1 else ''} of {arm.name} at those levels "
                 f"{'were' if n != 1 else 'was'} measured under another identity")
         if recorded:
             text += (f": the manifest records its profile as {', '.join(recorded)} at their "
-                     f"engine starts, resolved now it is {now} (a profile field changed"
-                     + (f", or the content of {' or '.join(folders)} is not what the engine "
-                        "served: an export written anew" if folders else "") + ")")
+                     f"engine starts, resolved now it is {now} ({_what_changed(arm, then)})")
         else:
             text += (" (its profile is the one recorded; the study's workload, sampling or "
                      "measurement settings changed)")
         parts.append(text)
     return "; ".join(parts)
+
+
+def _what_changed(arm, sessions: list[dict]) -> str:
+    """Which part of an arm's profile changed since `sessions` started it: a local model or
+    drafter folder whose content fingerprint those sessions recorded and this machine's
+    differs from, else a profile field when every folder's recorded content is this one's,
+    else either (sessions older than the recorded fingerprints cannot tell)."""
+    changed, same, unknown = [], [], []
+    for ref in (arm.resolved.model, arm.resolved.drafter):
+        here = identity.local_model_fingerprint(ref.id) if ref is not None else None
+        if here is None:
+            continue
+        seen = sorted({m["content_sha256"] for s in sessions for m in s.get("models") or []
+                       if m.get("id") == ref.id and m.get("content_sha256")})
+        if not seen:
+            unknown.append(ref.id)
+        elif here in seen:
+            same.append(ref.id)
+        else:
+            changed.append(f"{ref.id}: content {', '.join(seen)} then, {here} here")
+    if changed:
+        return ("the engine served other bytes of a local folder than this machine holds: "
+                + "; ".join(changed) + ", e.g. an export written anew")
+    if not unknown:
+        return "a profile field changed; its local folders hold the bytes recorded"
+    return ("a profile field changed, or the content of " + " or ".join(unknown)
+            + " is not what the engine served: an export written anew")
 
 
 def missing_cells(store_root: Path, study: ResolvedStudy,

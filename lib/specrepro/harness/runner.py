@@ -449,11 +449,13 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
                     "note": "one engine start served both arms (same resolved profile)"})
             ctx.versions[arm.name] = view.version
             ctx.placements[arm.name] = view.placement
+            # the model and drafter as the cells' identity holds them: a local folder with
+            # its content fingerprint, so a later mismatch can name the folder that changed
+            ident = identity.profile_identity(arm.resolved)
             ctx.store.update_session(
                 engines=[entry], placement=session_placement(ctx.placements),
-                models=[arm.resolved.model.model_dump(mode="json")]
-                + ([arm.resolved.drafter.model_dump(mode="json")] if arm.resolved.drafter
-                   else []))
+                models=[ident["model"]] + ([ident["drafter"]] if arm.resolved.drafter
+                                           else []))
             ctx.save()
             run_arm(ctx, view, cells)
             if i + 1 < len(todo) and not eng.alive():
