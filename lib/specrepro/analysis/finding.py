@@ -274,7 +274,7 @@ def _what_changed(arm, sessions: list[dict]) -> str:
     drafter folder whose content fingerprint those sessions recorded and this machine's
     differs from, else a profile field when every folder's recorded content is this one's,
     else either (sessions older than the recorded fingerprints cannot tell)."""
-    changed, same, unknown = [], [], []
+    changed, unknown = [], []
     for ref in (arm.resolved.model, arm.resolved.drafter):
         here = identity.local_model_fingerprint(ref.id) if ref is not None else None
         if here is None:
@@ -283,9 +283,7 @@ def _what_changed(arm, sessions: list[dict]) -> str:
                        if m.get("id") == ref.id and m.get("content_sha256")})
         if not seen:
             unknown.append(ref.id)
-        elif here in seen:
-            same.append(ref.id)
-        else:
+        elif here not in seen:
             changed.append(f"{ref.id}: content {', '.join(seen)} then, {here} here")
     if changed:
         return ("the engine served other bytes of a local folder than this machine holds: "
