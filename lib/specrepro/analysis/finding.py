@@ -99,7 +99,8 @@ class Finding:
         none are): measured under another identity (`other_identity_text`)."""
         if not self.missing:
             return ""
-        return other_identity_text(self.study, self.store_root, self.manifest)
+        return other_identity_text(self.study, self.store_root, self.manifest,
+                                   missing_cells(self.store_root, self.study, self.cells))
 
     @property
     def labels(self) -> dict[str, str]:
@@ -229,22 +230,22 @@ def same_identity(study: ResolvedStudy, rows: pl.DataFrame) -> list[bool]:
     return keep
 
 
-def other_identity_text(study: ResolvedStudy, store_root: Path, manifest: dict) -> str:
+def other_identity_text(study: ResolvedStudy, store_root: Path, manifest: dict,
+                        missing: pl.DataFrame | None = None) -> str:
     """The store's ok rows at a missing cell's level (arm, workload, load, sampling, repeat)
     whose identity is not the declared cell's, per arm in words: how many, and whether the
     arm's profile as resolved now differs from the one the manifest recorded at their starts
     (a profile field, or the content of a local model or drafter folder it names: an export
-    written anew) or not (then the study's workload or measurement settings changed)."""
+    written anew) or not (then the study's workload or measurement settings changed).
+    `missing`: the study's `missing_cells`, when the caller has them already."""
     if not store_root.is_dir():
         return ""
-    declared = declared_cells(study)
-    cells = results.load_cells(store_root)
-    cells = cells.filter(pl.col("status") == "ok")
-    at_level = cells.join(declared.select(CELL_MATCH), on=CELL_MATCH, how="semi",
-                          nulls_equal=True)
-    other = at_level.filter(~pl.Series(same_identity(study, at_level), dtype=pl.Boolean))
-    missing = missing_cells(store_root, study)
-    other = other.join(missing.select(CELL_KEY), on=CELL_KEY, how="semi", nulls_equal=True)
+    if missing is None:
+        missing = missing_cells(store_root, study)
+    # a cell is missing when no ok row at its level has its identity (`stored_cells`), so
+    # every ok row at a missing cell's level is one that same_identity kept out
+    other = results.load_cells(store_root).join(missing.select(CELL_MATCH), on=CELL_MATCH,
+                                                how="semi", nulls_equal=True)
     parts = []
     for arm in study.arms:
         rows = other.filter(pl.col("arm") == arm.name)
