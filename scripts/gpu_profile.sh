@@ -7,7 +7,7 @@
 #       peer-vllm:none:1 peer-sglang:none:1
 #
 # Each STUDY:ARM is one `specrepro profile` (its own engine start with the profiler on, the
-# study's load once untraced and once traced, 8 prompts) into
+# study's load once untraced and once traced, as many prompts as streams and at least 8) into
 # /var/tmp/specrepro-profiles/<suite>/<study>--<arm>--c<streams>; one that fails is reported
 # and the next one still runs. ARCHIVE then holds every summary (`*.summary.txt`), the
 # engines' logs and what each command printed, never the traces themselves (tens of MB each).

@@ -127,6 +127,12 @@ def test_specrepro_profile_traces_the_embedded_engine_on_the_cpu(tiny_checkpoint
     assert profile_command.main([str(study), "--study", "peer_tiny", "--arm", "mtp",
                                  "--concurrency", "8", "--out", str(out)]) == 2
     assert "measures arm mtp at [1, 2] streams, not 8" in capsys.readouterr().err
+    # fewer prompts than streams would trace a lower level than the one asked for
+    assert profile_command.main([str(study), "--study", "peer_tiny", "--arm", "mtp",
+                                 "--concurrency", "2", "--prompts", "1", "--out", str(out)]) == 2
+    assert ("--concurrency 2: --prompts 1 sends 1 of the 4 prompts of workload essays, so at most "
+            "1 of the 2 streams would be busy; give --prompts 2 or more"
+            in capsys.readouterr().err)
 
 
 def test_the_gpu_profiling_script_keeps_every_summary_and_goes_on_past_a_failure(

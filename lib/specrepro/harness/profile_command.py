@@ -29,6 +29,7 @@ from specrepro.params import ParamsError, Problem
 from specrepro.workloads import build_workload
 
 SETTLE_S = 3.0  # a trace counts as written once its size holds this long
+DEFAULT_PROMPTS = 8  # a trace of a busy GPU grows by megabytes a second
 
 
 def wait_for_traces(folder: Path, since: float, timeout_s: float) -> list[Path]:
@@ -50,7 +51,10 @@ def wait_for_traces(folder: Path, since: float, timeout_s: float) -> list[Path]:
 
 
 def profile_arm(params: str, study_id: str, arm_name: str, out: Path, concurrency: int | None,
-                prompts: int, trace_timeout_s: float = 600.0) -> list[profiling.TraceSummary]:
+                prompts: int | None, trace_timeout_s: float = 600.0
+                ) -> list[profiling.TraceSummary]:
+    """Trace arm_name's engine under `prompts` of the cell's prompts (None: the cell's
+    concurrency, at least DEFAULT_PROMPTS), so every one of its streams is busy."""
     (study, _, _), = resolve(params, [study_id])
     check_arms(study, [arm_name])
     arm = next(a for a in study.arms if a.name == arm_name)
@@ -61,6 +65,17 @@ def profile_arm(params: str, study_id: str, arm_name: str, out: Path, concurrenc
                                    f"{study.name} measures arm {arm.name} at "
                                    f"{sorted(study.concurrency)} streams, not {concurrency}")])
     cell = cells[0]
+    workload = build_workload(cell.workload)
+    prompts = max(DEFAULT_PROMPTS, cell.concurrency) if prompts is None else prompts
+    load = workload[:prompts]
+    if len(load) < cell.concurrency:  # fewer requests than streams: the level is not traced
+        fix = (f"give --prompts {cell.concurrency} or more" if len(workload) >= cell.concurrency
+               else f"the workload has too few prompts for {cell.concurrency} streams")
+        raise ParamsError([Problem(study.source, "concurrency", f"--concurrency "
+                                   f"{cell.concurrency}: --prompts {prompts} sends {len(load)} "
+                                   f"of the {len(workload)} prompts of workload "
+                                   f"{cell.workload.name}, so at most {len(load)} of the "
+                                   f"{cell.concurrency} streams would be busy; {fix}")])
     out.mkdir(parents=True, exist_ok=True)
     adapter = engines.adapter_for(arm.resolved)
     profiled = adapter.profiled(arm.resolved, out)
@@ -69,7 +84,6 @@ def profile_arm(params: str, study_id: str, arm_name: str, out: Path, concurrenc
     try:
         eng = ArmEngine(arm, handle=handle)  # the load is the arm's, as `specrepro run` sends it
         cfg = load_config(study, cell, eng, 600.0)
-        load = build_workload(cell.workload)[:prompts]
         LoadGenerator(cfg).run(load)  # untraced: everything the first requests warm
         since = time.time()
         for action in ("start_profile", "stop_profile"):
@@ -103,13 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arm", required=True, help="the arm whose engine is traced")
     ap.add_argument("--concurrency", type=int, default=None,
                     help="the streams of the traced load (default: the arm's first level)")
-    ap.add_argument("--prompts", type=int, default=8,
-                    help="prompts sent while tracing (default: %(default)s; a trace of a "
-                         "busy GPU grows by megabytes a second)")
+    ap.add_argument("--prompts", type=int, default=None,
+                    help=f"prompts sent while tracing, at least the streams (default: the "
+                         f"streams, at least {DEFAULT_PROMPTS}; a trace of a busy GPU grows by "
+                         f"megabytes a second)")
     ap.add_argument("--out", type=Path, required=True,
                     help="folder for the engine's log, its traces and their summaries")
     args = ap.parse_args(argv)
-    if args.prompts < 1:
+    if args.prompts is not None and args.prompts < 1:
         ap.error(f"argument --prompts: expected at least 1, found {args.prompts}")
     try:
         summaries = profile_arm(args.params, args.study, args.arm, args.out, args.concurrency,
