@@ -108,8 +108,18 @@ def test_specrepro_profile_traces_the_embedded_engine_on_the_cpu(tiny_checkpoint
                        flags={"max-model-len": 512, "max-num-seqs": 4},
                        speculative={"method": "mtp", "num_speculative_tokens": 3})
     out = tmp_path / "trace"
+    sent = []  # the prompts of each load (the untraced one, then the traced one)
+
+    class Counted(profile_command.LoadGenerator):
+        def run(self, prompts, *args, **kwargs):
+            sent.append(len(prompts))
+            return super().run(prompts, *args, **kwargs)
+
+    monkeypatch.setattr(profile_command, "LoadGenerator", Counted)
+    # no --prompts: at least 8, so all 4 of the workload's prompts
     assert profile_command.main([str(study), "--study", "peer_tiny", "--arm", "mtp",
-                                 "--concurrency", "2", "--prompts", "2", "--out", str(out)]) == 0
+                                 "--concurrency", "2", "--out", str(out)]) == 0
+    assert sent == [4, 4]
     text = capsys.readouterr().out
     assert "no GPU events (a CPU trace)" in text and "CPU operators (inclusive)" in text
     (trace,) = profiling.traces_in(out)
