@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("specrepro.compaction", "make a results store ready to commit: merge, fold, gzip logs"),
     "export-drafters": ("specrepro.embedded.export", "write the drafters in the layouts vLLM and SGLang load"),
     "export-nvfp4": ("specrepro.embedded.export_nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),
+    "export-standin": ("specrepro.embedded.export_standin", "write the target and drafters inflated to a 27B-class byte budget"),
 }
 
 

@@ -155,10 +155,36 @@ def _fingerprint(root: str, stamp: tuple) -> str:
 
 
 def local_model_fingerprint(model_id: str) -> str | None:
-    """sha256 (16 hex digits) of a local model directory's files, or None for a hub id."""
+    """sha256 (16 hex digits) of a local model directory's files, or None for a hub id. A
+    stand-in's folder (`standin.json`, embedded/export_standin.py) is keyed by its recipe
+    (the budget, the seed, the source checkpoint's sha256 and the part) when every file it
+    lists has the size it records; tens of GB are not hashed per cell."""
     root = Path(model_id)
     if not root.is_dir():
         return None
+    recipe = standin_recipe(root)
+    if recipe is not None:
+        return digest("standin", recipe)
     stamp = tuple((p.relative_to(root).as_posix(), (st := p.stat()).st_size, st.st_mtime_ns)
                   for p in _files(root))
     return _fingerprint(str(root.resolve()), stamp)
+
+
+STANDIN_RECIPE = "standin.json"
+
+
+def standin_recipe(root: Path) -> dict | None:
+    """A stand-in folder's recipe and part, or None (not a stand-in, or its files are not
+    exactly the ones its recipe lists at the sizes it records: then it is hashed like any
+    folder)."""
+    try:
+        meta = json.loads((root / STANDIN_RECIPE).read_text())
+        files, part = meta["files"], meta["part"]
+        recipe = meta["recipe"]
+        on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*")
+                   if p.is_file() and p.name != STANDIN_RECIPE}
+        sizes_ok = on_disk == set(files) and all(
+            (root / f).stat().st_size == n for f, n in files.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {"recipe": recipe, "part": part, "files": files} if sizes_ok else None

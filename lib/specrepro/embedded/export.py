@@ -173,16 +173,8 @@ def _dflash(src: _Source, name: str, cfg: DrafterConfig) -> tuple[dict, dict]:
     tensors = {k: _pad_mlp(k, v, width) for k, v in prop.state_dict().items()}
     n, tcfg = len(prop.layers), src.tcfg
     ids = list(cfg.target_layers)
-    config = {
-        "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
-        **_common_config(tcfg, n, width),
-        # SGLang reads these (dflash_config first, then top level); vLLM ignores them
-        "num_target_layers": tcfg.num_hidden_layers, "block_size": cfg.block_size,
-        "dflash_config": {
-            "target_layer_ids": ids, "mask_token_id": cfg.mask_token_id,
-            "mask_token": _mask_token(src, cfg.mask_token_id, f"drafter {name!r}"),
-            "block_size": cfg.block_size, "num_target_layers": tcfg.num_hidden_layers},
-    }
+    config = dflash_config(tcfg, cfg, n, width,
+                           _mask_token(src, cfg.mask_token_id, f"drafter {name!r}"))
     _expect(name, tensors, dflash_tensors(n))
     D = tcfg.hidden_size
     if tuple(tensors["fc.weight"].shape) != (D, len(ids) * D):  # both engines check the width
@@ -195,12 +187,34 @@ def _eagle(src: _Source, name: str, cfg: DrafterConfig, engine: str) -> tuple[di
     prop = load_proposer(src.dir, "mtp", src.target, device="cpu", dtype=DTYPE, name=name)
     tensors = dict(prop.state_dict())
     _expect(name, tensors, EAGLE_TENSORS)
-    arch = "LlamaForCausalLM" if engine == "vllm" else "LlamaForCausalLMEagle"
-    config = {"architectures": [arch], "model_type": "llama",
-              **_common_config(src.tcfg, 1, cfg.intermediate_size), "mlp_bias": False}
+    config = eagle_config(src.tcfg, cfg.intermediate_size, engine)
     if engine == "sglang":  # nn.Linear(2D, D) with a bias: zeros [D] keep fc's output as trained
         tensors["fc.bias"] = torch.zeros(src.tcfg.hidden_size, dtype=DTYPE)
     return config, tensors
+
+
+def dflash_config(tcfg, cfg: DrafterConfig, num_layers: int, width: int,
+                  mask_token: str) -> dict:
+    """config.json of a block drafter with `num_layers` layers of MLP `width` for target
+    config `tcfg` (both engines' keys)."""
+    return {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
+        **_common_config(tcfg, num_layers, width),
+        # SGLang reads these (dflash_config first, then top level); vLLM ignores them
+        "num_target_layers": tcfg.num_hidden_layers, "block_size": cfg.block_size,
+        "dflash_config": {
+            "target_layer_ids": list(cfg.target_layers), "mask_token_id": cfg.mask_token_id,
+            "mask_token": mask_token, "block_size": cfg.block_size,
+            "num_target_layers": tcfg.num_hidden_layers},
+    }
+
+
+def eagle_config(tcfg, width: int, engine: str) -> dict:
+    """config.json of an EAGLE-1 head with MLP `width` for target config `tcfg`, as `engine`
+    loads it (vLLM `LlamaForCausalLM`, SGLang `LlamaForCausalLMEagle`)."""
+    arch = "LlamaForCausalLM" if engine == "vllm" else "LlamaForCausalLMEagle"
+    return {"architectures": [arch], "model_type": "llama",
+            **_common_config(tcfg, 1, width), "mlp_bias": False}
 
 
 def _expect(name: str, tensors: dict, names: frozenset[str]) -> None:
