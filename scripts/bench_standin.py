@@ -112,7 +112,7 @@ def speed_cell(handle, prompts, c: int, plan: dict, nvml: Nvml) -> dict:
 
     cfg = LoadConfig(url=handle.url, model=handle.profile.model.served_name, concurrency=c,
                      mode="window", window_s=sp["skip_s"] + sp["window_s"], ignore_eos=True,
-                     engine="vllm")
+                     engine=handle.profile.engine)
     res = LoadGenerator(cfg).run(spread, scrape)
     (t0, m0, e0), (t1, m1, e1) = marks[1], marks[2]  # steady start, window end
     a, b = scalars(m0), scalars(m1)
@@ -149,7 +149,7 @@ def accept_cell(handle, prompts, c: int) -> dict:
 
     texts: list[str] = []
     cfg = LoadConfig(url=handle.url, model=handle.profile.model.served_name, concurrency=c,
-                     engine="vllm")
+                     engine=handle.profile.engine)
     res = LoadGenerator(cfg).run(prompts, lambda: texts.append(handle.metrics_text() or ""))
     out = [r.text for r in sorted(res.records, key=lambda r: r.request_idx)]
     return {"kind": "accept", "concurrency": c, "wall_s": res.wall_s,

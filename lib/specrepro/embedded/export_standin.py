@@ -296,11 +296,10 @@ class _Writer:
         self.tcfg = ModelConfig.from_dict(_config(self.src_cfg, the_plan.target, the_plan.layers))
         self.tok = Tokenizer.load(checkpoint)
         self.sizes: dict[str, int] = {}
-        self.engine_tensors: dict[str, tuple[str, dict, DrafterCfgT]] = {}
         self._n = 0
 
     def inflater(self, copies: int) -> Inflater:
-        self._n += 1  # each component its own stream: adding one leaves the others' bytes
+        self._n += 1  # each component its own seeded stream, in _write_all's fixed order
         return Inflater(copies, self.seed * 1000 + self._n, self.device)
 
     def target(self) -> None:
@@ -389,9 +388,6 @@ class _Writer:
     def _engine(self, engine: str, name: str, config: dict, tensors: dict,
                 like: Path | None = None) -> Path:
         return _save(self.root / engine / name, tensors, config, like)
-
-
-DrafterCfgT = object  # a DrafterConfig (typing only)
 
 
 def _write_all(checkpoint: Path, root: Path, the_plan: Plan, drafters: dict, seed: int,
