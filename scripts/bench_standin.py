@@ -134,14 +134,15 @@ def speed_cell(handle, prompts, c: int, plan: dict, nvml: Nvml) -> dict:
     return row
 
 
-def accept(handle, m0: str, m1: str) -> dict:
-    from specrepro.harness import promtext
+def accept(handle, m0: str, m1: str, records=()) -> dict:
+    """Acceptance over two scrapes as the harness reads it (cells.acceptance): vLLM's and the
+    embedded engine's counters, SGLang's per-response fields or else its counters."""
+    from specrepro.harness import cells, promtext
 
-    s0, s1 = promtext.parse(m0, handle.engine), promtext.parse(m1, handle.engine)
-    drafts = (s1.num_drafts or 0) - (s0.num_drafts or 0)
-    acc = (s1.num_accepted_tokens or 0) - (s0.num_accepted_tokens or 0)
-    return {"drafts": drafts, "accepted": acc,
-            "acceptance_length": 1 + acc / drafts if drafts else None}
+    d = promtext.delta(promtext.parse(m0, handle.engine), promtext.parse(m1, handle.engine))
+    a = cells.acceptance(d, list(records), promtext.ENGINE_FAMILY.get(handle.engine, "vllm"))
+    return {"drafts": a["num_drafts"], "accepted": a["num_accepted_tokens"],
+            "acceptance_length": a["acceptance_length"]}
 
 
 def accept_cell(handle, prompts, c: int) -> dict:
@@ -156,7 +157,7 @@ def accept_cell(handle, prompts, c: int) -> dict:
             "tokens": sum(r.completion_tokens or 0 for r in res.records),
             "failed": sum(not r.ok for r in res.records),
             "length_share": sum(r.finish_reason == "length" for r in res.records) / len(out),
-            "outputs": out, **accept(handle, texts[0], texts[-1])}
+            "outputs": out, **accept(handle, texts[0], texts[-1], res.records)}
 
 
 def start(name: str, spec: dict, logs: Path):

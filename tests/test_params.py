@@ -497,7 +497,9 @@ def test_h200_engine_profiles_cover_every_method_and_draft_count():
                         ("sglang", "dflash", 7, None, "fp8")}
     assert set(have) == want
     assert standin == {"vllm-0.26-standin-none", "vllm-0.26-standin-dummy-none",
-                       "vllm-0.26-standin-dflash-k7", "vllm-0.26-standin-eagle-k3"}
+                       "vllm-0.26-standin-dflash-k7", "vllm-0.26-standin-eagle-k3",
+                       "sglang-0.5.14-standin-none", "sglang-0.5.14-standin-dflash-k7",
+                       "sglang-0.5.14-standin-eagle-k3"}
 
 
 @pytest.mark.parametrize("name, target, drafter", [

@@ -321,3 +321,20 @@ def test_a_current_stand_in_is_left_alone_and_force_rewrites(cli_out):
     assert forced["written"] is True
     assert (after.st_ino, after.st_mtime_ns) != (before.st_ino, before.st_mtime_ns)
     assert forced["recipe"] == again["recipe"]
+
+
+def test_the_h200_bench_plan_names_shipped_profiles_and_its_own_servers():
+    """params/standin/bench-h200.yaml (scripts/bench_standin.py's plan): every server is a
+    shipped profile that validates, every cell names a server of its phase."""
+    from specrepro.params.resolve import load_profile
+
+    plan = yaml.safe_load((ROOT / "params/standin/bench-h200.yaml").read_text())
+    assert {"roofline", "drafters", "cost", "embedded", "sglang-dflash"} <= set(plan["phases"])
+    for name, phase in plan["phases"].items():
+        ports = [s["port"] for s in phase["servers"].values()]
+        assert len(set(ports)) == len(ports), f"phase {name}: two servers on one port"
+        for server in phase["servers"].values():
+            prof = load_profile(ROOT / "params/profiles" / f"{server['profile']}.yaml")
+            assert "standin" in prof.model.id or prof.model.id == "models/embedded", prof.name
+        for cell in phase["cells"]:
+            assert cell["server"] in phase["servers"] and cell["kind"] in ("speed", "accept")
