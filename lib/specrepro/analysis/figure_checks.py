@@ -1,0 +1,184 @@
+"""What a reviewer sees wrong in a drawn figure, found by measuring it (issue 30, item 5).
+
+Design:
+- `problems(fig)` lays the figure out (a draw), then measures its artists in display
+  coordinates and returns one sentence per fault, empty when it is clean:
+  - **clipped**: a title, axis label, legend or text whose extent passes the figure's edge;
+  - **overlapping**: two such texts (titles, axis labels, legends) whose extents intersect;
+  - **listed, not drawn**: a legend entry whose series has no finite point in any panel (the
+    article's diamond plotted at NaN, a proxy handle with no data);
+  - **across a missing level**: a line joining two levels of its panel's x axis while another
+    series in that panel has a point at a level between them (the line claims a value it
+    never had there).
+- Tick labels are left out of the overlap check (matplotlib thins them itself) but not of
+  the edge check. One pixel of slack absorbs rounding.
+- Imports matplotlib only: it judges pictures, not data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from matplotlib.collections import PathCollection
+from matplotlib.container import BarContainer
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
+from matplotlib.text import Text
+
+SLACK_PX = 1.0
+
+
+def _label(t: Text) -> str:
+    s = t.get_text().replace("\n", " ")
+    return s if len(s) <= 50 else s[:47] + "..."
+
+
+def _named_texts(fig) -> list[tuple[str, object]]:
+    """(what, artist) of every text a reader reads as a unit: titles, axis labels, legends,
+    free texts; tick labels separately marked."""
+    out: list[tuple[str, object]] = []
+    if fig._suptitle is not None:
+        out.append(("figure title", fig._suptitle))
+    out += [("figure text", t) for t in fig.texts if t is not fig._suptitle]
+    out += [("legend", leg) for leg in fig.legends]
+    for i, ax in enumerate(fig.axes):
+        p = f"panel {i + 1}"
+        out += [(f"{p} title", t) for t in (ax.title, ax._left_title, ax._right_title)]
+        out += [(f"{p} x label", ax.xaxis.label), (f"{p} y label", ax.yaxis.label)]
+        out += [(f"{p} text", t) for t in ax.texts]
+        if ax.get_legend() is not None:
+            out.append((f"{p} legend", ax.get_legend()))
+        for axis in (ax.xaxis, ax.yaxis):  # the ticks drawn: inside the view limits
+            out += [(f"{p} tick label", t.label1) for t in axis._update_ticks()
+                    if t.label1.get_visible()]
+    return [(w, a) for w, a in out if a.get_visible()
+            and (not isinstance(a, Text) or a.get_text().strip())]
+
+
+def _what(what: str, artist) -> str:
+    return f"{what} '{_label(artist)}'" if isinstance(artist, Text) else what
+
+
+def clipped(fig, renderer) -> list[str]:
+    fb = fig.bbox
+    out = []
+    for what, a in _named_texts(fig):
+        bb = a.get_window_extent(renderer)
+        sides = [side for side, past in (
+            ("left", fb.x0 - bb.x0), ("right", bb.x1 - fb.x1),
+            ("bottom", fb.y0 - bb.y0), ("top", bb.y1 - fb.y1)) if past > SLACK_PX]
+        if sides:
+            out.append(f"clipped: {_what(what, a)} passes the figure's {' and '.join(sides)} "
+                       "edge")
+    return out
+
+
+def overlapping(fig, renderer) -> list[str]:
+    items = [(w, a, a.get_window_extent(renderer)) for w, a in _named_texts(fig)
+             if "tick label" not in w]
+    out = []
+    for i, (w1, a1, b1) in enumerate(items):
+        for w2, a2, b2 in items[i + 1:]:
+            ix = min(b1.x1, b2.x1) - max(b1.x0, b2.x0)
+            iy = min(b1.y1, b2.y1) - max(b1.y0, b2.y0)
+            if ix > SLACK_PX and iy > SLACK_PX:
+                out.append(f"overlapping: {_what(w1, a1)} and {_what(w2, a2)}")
+    return out
+
+
+def _finite_points(handle) -> int:
+    """How many finite points the artist a legend entry stands for has drawn."""
+    if isinstance(handle, Line2D):
+        if handle.axes is None:
+            return 0
+        return sum(1 for x, y in zip(handle.get_xdata(orig=False),
+                                     handle.get_ydata(orig=False), strict=False)
+                   if _finite(x) and _finite(y))
+    if isinstance(handle, PathCollection):
+        return sum(1 for x, y in handle.get_offsets() if _finite(x) and _finite(y))
+    if isinstance(handle, BarContainer):
+        return sum(1 for p in handle.patches if _finite(p.get_height()) and p.get_height())
+    if isinstance(handle, Rectangle):
+        return 1 if handle.axes is not None and _finite(handle.get_height()) else 0
+    return 1  # other artists (error bars, patches drawn elsewhere) are taken as drawn
+
+
+def _finite(v) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def listed_not_drawn(fig) -> list[str]:
+    """Legend entries standing for nothing drawn. An entry's artist is the series itself
+    (its points count), or an empty key (`ax.scatter([], [], label=...)`, a style legend)
+    whose `gid` names the group of drawn artists it explains: it counts their points."""
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    drawn = _artists(fig)
+    out = []
+    for leg in legends:
+        for text in leg.get_texts():
+            label = text.get_text()
+            mine = [a for a in drawn if a.get_label() == label]
+            points = sum(_finite_points(a) for a in mine)
+            keys = {_gid(a) for a in mine if _gid(a)}
+            if not points and keys:  # a key: the group it names
+                points = sum(_finite_points(a) for a in drawn
+                             if _gid(a) in keys and a.get_label() != label)
+            if not points:
+                out.append(f"listed, not drawn: legend entry '{label}' has no point in any "
+                           "panel" + ("" if keys else " (an empty key names its group by gid)"))
+    return out
+
+
+def _gid(artist) -> str | None:
+    return artist.get_gid() if hasattr(artist, "get_gid") else None  # containers have none
+
+
+def _artists(fig) -> list:
+    return [a for ax in fig.axes for a in list(ax.lines) + list(ax.collections)
+            + list(ax.containers)]
+
+
+def across_missing_levels(fig) -> list[str]:
+    """A level is an x value at least two other series of the panel have a point at (a
+    continuous x axis, where each series has its own values, has none)."""
+    out = []
+    for i, ax in enumerate(fig.axes):
+        arts = list(ax.lines) + list(ax.collections)
+        at = [{float(x) for x in _xs(a)} for a in arts]
+        for line in ax.lines:
+            others = [xs for a, xs in zip(arts, at, strict=True) if a is not line]
+            levels = sorted({x for xs in others for x in xs
+                             if sum(x in o for o in others) >= 2})
+            if line.get_linestyle() in ("None", "none", "", " ") or not line.get_label():
+                continue
+            xs = sorted(float(x) for x, y in zip(line.get_xdata(orig=False),
+                                                 line.get_ydata(orig=False), strict=False)
+                        if _finite(x) and _finite(y))
+            for a, b in itertools.pairwise(xs):
+                skipped = [v for v in levels if a < v < b]
+                if skipped:
+                    out.append(f"across a missing level: panel {i + 1}'s line "
+                               f"'{line.get_label()}' joins x = {a:g} and {b:g} past "
+                               f"{', '.join(f'{v:g}' for v in skipped)}, where it has no point")
+    return out
+
+
+def _xs(art) -> list:
+    if isinstance(art, Line2D):
+        return [x for x, y in zip(art.get_xdata(orig=False), art.get_ydata(orig=False),
+                                  strict=False) if _finite(x) and _finite(y)]
+    if isinstance(art, PathCollection):
+        return [x for x, y in art.get_offsets() if _finite(x) and _finite(y)]
+    return []
+
+
+def problems(fig) -> list[str]:
+    """Every fault this module knows in `fig` (drawn first), one sentence each."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return (clipped(fig, renderer) + overlapping(fig, renderer) + listed_not_drawn(fig)
+            + across_missing_levels(fig))

@@ -1,0 +1,82 @@
+"""The figure checks find what a reviewer sees (issue 30, item 5): a title cut at the
+figure's edge, texts over each other, a legend entry for a series never drawn, a line across
+a level it has no point at; a clean figure passes."""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pytest
+
+from specrepro.analysis.figure_checks import problems
+
+
+@pytest.fixture
+def fig():
+    f, axes = plt.subplots(1, 2, figsize=(6, 3), layout="constrained")
+    for ax in axes:
+        ax.plot([1, 8, 32], [1.0, 2.0, 3.0], marker="o", label="measured")
+        ax.set_xlabel("streams")
+        ax.set_ylabel("tok/s")
+    f.suptitle("a title that fits")
+    f.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center")
+    yield f
+    plt.close(f)
+
+
+def test_a_clean_figure_has_no_problem(fig):
+    assert problems(fig) == []
+
+
+def test_a_title_past_the_edge_is_clipped(fig):
+    fig.suptitle("a title far too long for this figure " * 4)
+    found = problems(fig)
+    assert any(p.startswith("clipped: figure title") and "left and right" in p for p in found), found
+
+
+def test_a_text_past_the_right_edge_is_named(fig):
+    fig.text(0.95, 0.5, "a note that runs off the page")
+    assert any("figure text 'a note that runs off the page'" in p and "right" in p
+               for p in problems(fig))
+
+
+def test_two_titles_on_each_other_overlap(fig):
+    for ax in fig.axes:  # each runs into its neighbour's
+        ax.set_title("a panel title much wider than its panel")
+    assert any(p.startswith("overlapping: panel 1 title") and "panel 2 title" in p
+               for p in problems(fig))
+
+
+def test_a_dropped_series_in_the_legend_is_listed_not_drawn(fig):
+    ax = fig.axes[1]
+    ax.plot([1, 8, 32], [math.nan] * 3, marker="D", label="article B")  # never drawn
+    fig.legends[0].remove()
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center")
+    assert any("legend entry 'article B'" in p for p in problems(fig))
+
+
+def test_a_key_counts_the_group_its_gid_names(fig):
+    ax = fig.axes[1]
+    ax.scatter([8], [2.5], marker="D", gid="article")
+    ax.scatter([], [], marker="D", label="article (diamonds)", gid="article")
+    ax.scatter([], [], marker="s", label="article C (squares)", gid="article-c")  # none drawn
+    fig.legends[0].remove()
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center")
+    found = problems(fig)
+    assert not any("'article (diamonds)'" in p for p in found), found
+    assert any("'article C (squares)'" in p for p in found), found
+
+
+def test_a_line_across_a_missing_level_is_found(fig):
+    fig.axes[1].plot([1, 8, 32], [0.5, 1.0, 1.5], marker="s", label="measured, 3 drafts")
+    fig.axes[1].plot([1, 32], [1.5, 2.5], label="article, 3 drafts")  # no point at 8
+    found = problems(fig)
+    assert any(p.startswith("across a missing level: panel 2's line 'article, 3 drafts' joins "
+                            "x = 1 and 32 past 8") for p in found), found
+
+
+def test_a_continuous_x_axis_has_no_levels_to_miss(fig):
+    fig.axes[1].plot([1.5, 40], [1.5, 2.5], label="another series")  # its own x values
+    assert problems(fig) == []
