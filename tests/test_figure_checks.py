@@ -44,7 +44,7 @@ def test_a_text_past_the_right_edge_is_named(fig):
 
 def test_two_titles_on_each_other_overlap(fig):
     for ax in fig.axes:  # each runs into its neighbour's
-        ax.set_title("a panel title much wider than its panel")
+        ax.set_title("a panel title much wider than its panel", fontsize=14)
     assert any(p.startswith("overlapping: panel 1 title") and "panel 2 title" in p
                for p in problems(fig))
 
@@ -59,9 +59,9 @@ def test_a_dropped_series_in_the_legend_is_listed_not_drawn(fig):
 
 def test_a_key_counts_the_group_its_gid_names(fig):
     ax = fig.axes[1]
-    ax.scatter([8], [2.5], marker="D", gid="article")
-    ax.scatter([], [], marker="D", label="article (diamonds)", gid="article")
-    ax.scatter([], [], marker="s", label="article C (squares)", gid="article-c")  # none drawn
+    ax.scatter([8], [2.5], marker="D", gid="article|8")
+    ax.scatter([], [], marker="D", label="article (diamonds)", gid="key|article")
+    ax.scatter([], [], marker="s", label="article C (squares)", gid="key|article-c")  # none
     fig.legends[0].remove()
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center")
     found = problems(fig)
@@ -79,4 +79,10 @@ def test_a_line_across_a_missing_level_is_found(fig):
 
 def test_a_continuous_x_axis_has_no_levels_to_miss(fig):
     fig.axes[1].plot([1.5, 40], [1.5, 2.5], label="another series")  # its own x values
+    assert problems(fig) == []
+
+
+def test_a_line_broken_at_the_missing_level_is_not_across_it(fig):
+    fig.axes[1].plot([1, 8, 32], [0.5, 1.0, 1.5], marker="s", label="measured, 3 drafts")
+    fig.axes[1].plot([1, 8, 32], [1.5, math.nan, 2.5], label="article, 3 drafts")  # a gap
     assert problems(fig) == []

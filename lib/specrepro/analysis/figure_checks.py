@@ -27,6 +27,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 
 SLACK_PX = 1.0
+KEY = "key|"  # a legend key's gid: this, then the gid prefix of the group it explains
 
 
 def _label(t: Text) -> str:
@@ -97,8 +98,8 @@ def _finite_points(handle) -> int:
                    if _finite(x) and _finite(y))
     if isinstance(handle, PathCollection):
         return sum(1 for x, y in handle.get_offsets() if _finite(x) and _finite(y))
-    if isinstance(handle, BarContainer):
-        return sum(1 for p in handle.patches if _finite(p.get_height()) and p.get_height())
+    if isinstance(handle, BarContainer):  # a bar of height 0 is drawn, as a bar of 0
+        return sum(1 for p in handle.patches if _finite(p.get_height()))
     if isinstance(handle, Rectangle):
         return 1 if handle.axes is not None and _finite(handle.get_height()) else 0
     return 1  # other artists (error bars, patches drawn elsewhere) are taken as drawn
@@ -114,7 +115,8 @@ def _finite(v) -> bool:
 def listed_not_drawn(fig) -> list[str]:
     """Legend entries standing for nothing drawn. An entry's artist is the series itself
     (its points count), or an empty key (`ax.scatter([], [], label=...)`, a style legend)
-    whose `gid` names the group of drawn artists it explains: it counts their points."""
+    whose gid is `key|<group>`: it counts the points of the drawn artists whose gid starts
+    with <group>."""
     legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
     drawn = _artists(fig)
     out = []
@@ -123,18 +125,21 @@ def listed_not_drawn(fig) -> list[str]:
             label = text.get_text()
             mine = [a for a in drawn if a.get_label() == label]
             points = sum(_finite_points(a) for a in mine)
-            keys = {_gid(a) for a in mine if _gid(a)}
-            if not points and keys:  # a key: the group it names
-                points = sum(_finite_points(a) for a in drawn
-                             if _gid(a) in keys and a.get_label() != label)
+            keys = {_gid(a).removeprefix(KEY) for a in mine if (_gid(a) or "").startswith(KEY)}
+            if not points and keys:  # a key: the group it names (gids it prefixes)
+                points = sum(_finite_points(a) for a in drawn if a.get_label() != label
+                             and any((_gid(a) or "").startswith(k) for k in keys))
             if not points:
                 out.append(f"listed, not drawn: legend entry '{label}' has no point in any "
-                           "panel" + ("" if keys else " (an empty key names its group by gid)"))
+                           "panel" + ("" if keys else f" (an empty key names its group by a "
+                                                      f"gid '{KEY}<group>')"))
     return out
 
 
 def _gid(artist) -> str | None:
-    return artist.get_gid() if hasattr(artist, "get_gid") else None  # containers have none
+    if isinstance(artist, BarContainer):  # a container has no gid: its first bar's
+        return artist.patches[0].get_gid() if artist.patches else None
+    return artist.get_gid() if hasattr(artist, "get_gid") else None  # other containers
 
 
 def _artists(fig) -> list:
@@ -143,11 +148,12 @@ def _artists(fig) -> list:
 
 
 def across_missing_levels(fig) -> list[str]:
-    """A level is an x value at least two other series of the panel have a point at (a
-    continuous x axis, where each series has its own values, has none)."""
+    """A level is an x value at least two other lines of the panel have a point at (a
+    continuous x axis, where each series has its own values, has none; markers alone, an
+    article's diamonds at levels no line was measured at, make no level)."""
     out = []
     for i, ax in enumerate(fig.axes):
-        arts = list(ax.lines) + list(ax.collections)
+        arts = [a for a in ax.lines if a.get_linestyle() not in ("None", "none", "", " ")]
         at = [{float(x) for x in _xs(a)} for a in arts]
         for line in ax.lines:
             others = [xs for a, xs in zip(arts, at, strict=True) if a is not line]
@@ -155,10 +161,12 @@ def across_missing_levels(fig) -> list[str]:
                              if sum(x in o for o in others) >= 2})
             if line.get_linestyle() in ("None", "none", "", " ") or not line.get_label():
                 continue
-            xs = sorted(float(x) for x, y in zip(line.get_xdata(orig=False),
-                                                 line.get_ydata(orig=False), strict=False)
-                        if _finite(x) and _finite(y))
-            for a, b in itertools.pairwise(xs):
+            pts = list(zip(line.get_xdata(orig=False), line.get_ydata(orig=False),
+                           strict=False))
+            # the segments drawn: consecutive points both finite (a NaN breaks the line)
+            segs = [(float(p[0]), float(q[0])) for p, q in itertools.pairwise(pts)
+                    if all(_finite(v) for v in (*p, *q))]
+            for a, b in (sorted(seg) for seg in segs):
                 skipped = [v for v in levels if a < v < b]
                 if skipped:
                     out.append(f"across a missing level: panel {i + 1}'s line "

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import seaborn as sns
 
-from specrepro.analysis.figures_common import PALETTE, palette, plt, series, styles
+from specrepro.analysis import figure_checks
+from specrepro.analysis.figures_common import PALETTE, fit_text, palette, plt, series, styles
 from specrepro.analysis.figures_load import bill_chart, load_sweep
 from specrepro.analysis.figures_pairs import acceptance_pairs, gate_chart
 from specrepro.analysis.figures_sweep import (
@@ -53,13 +54,25 @@ def style() -> None:
                          "axes.prop_cycle": plt.cycler(color=PALETTE)})
 
 
+class FigureProblems(ValueError):
+    """A figure a reviewer would see wrong (figure_checks), named with its file."""
+
+
 def save_figure(fig: plt.Figure, figures_dir: str | Path, notebook_id: str, name: str
                 ) -> list[Path]:
-    """Write <notebook>__<name>.png and .svg; returns both paths."""
+    """Write <notebook>__<name>.png and .svg; returns both paths. Then the figure is checked
+    (figure_checks: text past the edge or over other text, a legend entry with nothing
+    drawn, a line across a missing level): a fault raises FigureProblems naming the file, so
+    `make all` never publishes a figure with one. Checked after writing, since a draw before
+    `savefig` would move the constrained layout's last pixels."""
     out = Path(figures_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{notebook_id}__{name}"
     png, svg = stem.with_suffix(".png"), stem.with_suffix(".svg")
+    fit_text(fig)
     fig.savefig(png, metadata={"Software": None})
     fig.savefig(svg, metadata={"Date": None, "Creator": None})
+    found = figure_checks.problems(fig)
+    if found:
+        raise FigureProblems(f"{png}: " + "; ".join(found))
     return [png, svg]

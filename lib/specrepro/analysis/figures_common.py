@@ -17,6 +17,8 @@ Design:
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")  # headless: notebooks display the returned figures themselves
@@ -80,13 +82,16 @@ def yerr(s: dict) -> list[list[float]] | None:
 
 
 def mean_line(ax, xs: list, st: list[dict | None], style: dict, label: str | None,
-              runs: list[list[float]] | None = None) -> None:
+              runs: list[list[float]] | None = None, levels: list | None = None) -> None:
     """Means joined by the series' line, min-max error bars where n > 1, and every run as a
-    small dot (`runs`, one list per x)."""
+    small dot (`runs`, one list per x). With `levels` (every level of the panel) the line
+    breaks where the series has no mean, never joining two levels across a missing one."""
     pts = [(x, s) for x, s in zip(xs, st, strict=True) if s is not None]
     if not pts:
         return
-    ax.plot([x for x, _ in pts], [s["mean"] for _, s in pts], label=label, **style)
+    mean = {x: s["mean"] for x, s in pts}
+    line_x = sorted(set(levels) | set(mean)) if levels else [x for x, _ in pts]
+    ax.plot(line_x, [mean.get(x, float("nan")) for x in line_x], label=label, **style)
     for x, s in pts:
         e = yerr(s)
         if e is not None:
@@ -111,7 +116,24 @@ def mean_bar(ax, x: float, s: dict | None, style: dict, width: float, label: str
 
 def article_marker(ax, x: float, y: float, color: str = "black", gid: str | None = None,
                    **kw) -> None:
-    ax.scatter([x], [y], **{**ARTICLE, "edgecolor": color, **kw}, gid=gid)
+    """An article's figure as a hollow diamond; its gid starts with "article" (the group a
+    legend key names, figure_checks)."""
+    ax.scatter([x], [y], **{**ARTICLE, "edgecolor": color, **kw},
+               gid=gid or f"article|at|{x:g}|{y:.6g}")
+
+
+def key(ax, label: str, gid: str, line: bool = False, **style) -> bool:
+    """A legend key (an empty artist in `style`, gid `key|<gid>`) for a group of drawn
+    artists, those whose gid starts with `gid`: added only when the panel drew one of them,
+    so the legend never lists what is not there (figure_checks). Returns whether it was."""
+    arts = list(ax.collections) + list(ax.lines) + list(ax.patches)
+    if not any((a.get_gid() or "").startswith(gid) for a in arts):
+        return False
+    if line:
+        ax.plot([], [], label=label, gid=f"key|{gid}", **style)
+    else:
+        ax.scatter([], [], label=label, gid=f"key|{gid}", **style)
+    return True
 
 
 def streams_axis(ax, measured, published=()) -> None:
@@ -186,9 +208,43 @@ def legend_below(fig, axes, ncol: int | None = None) -> None:
     # the arms first, the article's entries after them
     order = sorted(range(len(labels)), key=lambda i: "article" in labels[i])
     if handles:
-        fig.legend([handles[i] for i in order], [labels[i] for i in order],
-                   loc="outside lower center", fontsize=7, frameon=False,
-                   ncol=ncol or min(len(labels), 4))
+        labels = [labels[i] for i in order]
+        n, labels = legend_columns(fig, labels, ncol or min(len(labels), 4), LEGEND_PT)
+        fig.legend([handles[i] for i in order], labels, loc="outside lower center",
+                   fontsize=LEGEND_PT, frameon=False, ncol=n)
+
+
+LEGEND_PT = 7
+
+
+def legend_columns(fig, labels: list[str], ncol: int, size_pt: float) -> tuple[int, list[str]]:
+    """The most columns (at most `ncol`) whose entries fit the figure's width (an entry: its
+    handle, pads and text; the legend fills column by column), and the labels, wrapped when
+    even one column is too wide. Measured with the figure's renderer before any draw."""
+    from matplotlib.font_manager import FontProperties
+
+    r = fig.canvas.get_renderer()
+    fs = size_pt * fig.dpi / 72  # px
+    extra = (2.0 + 0.8 + 2.0) * fs  # handlelength, handletextpad, columnspacing (defaults)
+    room = 0.95 * fig.bbox.width
+    prop = FontProperties(size=size_pt)
+
+    def width(text: str) -> float:
+        return max(r.get_text_width_height_descent(line, prop, ismath=False)[0]
+                   for line in text.split("\n"))
+
+    if any(width(lab) + extra > room for lab in labels):
+        chars = max(10, int(len(max(labels, key=len)) * (room - extra)
+                            / max(width(lab) for lab in labels)))
+        labels = [textwrap.fill(lab, chars, break_long_words=False) for lab in labels]
+    entry = [width(lab) + extra for lab in labels]
+    for n in range(max(ncol, 1), 0, -1):
+        rows = -(-len(entry) // n)
+        cols = [max((entry[i] for i in range(len(entry)) if i // rows == j), default=0)
+                for j in range(n)]
+        if sum(cols) <= room:
+            return n, labels
+    return 1, labels
 
 
 def figure(ncols: int, size: tuple[float, float]):
@@ -211,9 +267,10 @@ def level_stats(part: pl.DataFrame, x: str, value: str, factor: float = 1.0):
 def lines_by_streams(ax, f: Finding, cells: pl.DataFrame, value: str, styles: dict) -> None:
     """Each arm's mean of `value` per number of streams (runs as dots, min-max bars), on the
     streams axis of every level the cells measured."""
+    levels = sorted({x for x in cells["concurrency"].to_list() if x is not None})
     for label in labels_in(f, cells):
         xs, s, runs = level_stats(cells.filter(pl.col("label") == label), "concurrency", value)
-        mean_line(ax, xs, s, styles[label], label, runs)
+        mean_line(ax, xs, s, styles[label], label, runs, levels)
     streams_axis(ax, cells["concurrency"].to_list())
 
 
@@ -222,10 +279,11 @@ def changes_by_streams(ax, f: Finding, cells: pl.DataFrame, styles: dict,
     """Each arm but the baseline: its change against the baseline per number of streams (%,
     or a ratio with `as_ratio`), from `change_stats`."""
     base = f.study.baseline
+    levels = sorted({x for x in cells["concurrency"].to_list() if x is not None})
     for label in labels_in(f, cells):
         if label != f.labels.get(base, base):
             xs, s, runs = change_stats(cells, base, label, as_ratio=as_ratio)
-            mean_line(ax, xs, s, styles[label], label, runs)
+            mean_line(ax, xs, s, styles[label], label, runs, levels)
 
 
 def change_stats(cells: pl.DataFrame, baseline: str, label: str, value: str = "agg_tok_s",
@@ -245,3 +303,37 @@ def change_stats(cells: pl.DataFrame, baseline: str, label: str, value: str = "a
         st.append(stats(ch))
         runs.append(ch)
     return xs, st, runs
+
+
+def fit_text(fig) -> None:
+    """Wrap what would not fit before the figure is drawn: a panel title wider than its panel
+    (the figure's width over its panels), an axis label longer than its panel's side (the
+    legend below the panels is fitted where it is made, `legend_below`). Text extents are
+    measured with the figure's renderer, no draw, so a figure whose text fits is unchanged."""
+    r = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    if not axes:
+        return
+    w, h = fig.bbox.width, fig.bbox.height
+    cols = max(len({round(ax.get_position().x0, 2) for ax in axes}), 1)
+    room = {"title": 0.7 * w / cols, "x": 0.75 * w / cols, "y": 0.62 * h}
+    for ax in axes:
+        for kind, t in (("title", ax.title), ("x", ax.xaxis.label), ("y", ax.yaxis.label)):
+            _wrap_to(t, room[kind], r, along="height" if kind == "y" else "width")
+
+
+def _wrap_to(t, width_px: float, renderer, along: str = "width") -> None:
+    """Wrap text `t` at word boundaries until its extent `along` (the width, or the height of
+    a rotated y label) is at most `width_px` (or one word a line)."""
+    def size() -> float:
+        return getattr(t.get_window_extent(renderer), along)
+
+    text = t.get_text()
+    if not text or size() <= width_px:
+        return
+    lines = text.split("\n")  # its own line breaks stay; each line is wrapped alone
+    for chars in range(max(map(len, lines)) - 1, 0, -4):
+        t.set_text("\n".join(textwrap.fill(line, chars, break_long_words=False) or line
+                             for line in lines))
+        if size() <= width_px:
+            return

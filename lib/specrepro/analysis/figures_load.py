@@ -40,8 +40,8 @@ def load_sweep(f: Finding, claims: Claims) -> fc.plt.Figure:
     for row in _published_against_base(pub, base, f.labels).to_dicts():
         color = st.get(f.labels.get(row["study_arm"]), {}).get("color", "black")
         fc.article_marker(axes[2], row["concurrency"], row["value"] / row["_b"], color)
-    axes[2].scatter([], [], label=f"article {claims.article} (diamonds, the arm's colour)",
-                    **fc.ARTICLE)
+    fc.key(axes[2], f"article {claims.article} (diamonds, the arm's colour)", "article",
+           **fc.ARTICLE)
     static7 = next((a.name for a in f.study.arms if a.resolved.method == "dflash"
                     and a.resolved.speculative.num_speculative_tokens == 7
                     and not a.resolved.speculative.num_speculative_tokens_per_batch_size), None)
@@ -87,7 +87,7 @@ def bill_chart(f: Finding, claims: Claims) -> fc.plt.Figure:
     if a_pub is not None:
         axes[1].axhline(a_pub, color="black", linestyle=":",
                         label=f"article A: block drafter against MTP, {a_pub:+.0f}%")
-    axes[1].scatter([], [], label="article B (vLLM 0.32.0)", **fc.ARTICLE)
+    fc.key(axes[1], "article B (vLLM 0.32.0)", "article", **fc.ARTICLE)
     axes[1].axhline(0, color="grey", linewidth=0.8)
     axes[1].set_xticks(range(len(names)), names, rotation=20, fontsize=7)
     axes[1].set(ylabel=f"KV pool against {f.labels.get(ref, ref)} (%)",

@@ -57,8 +57,8 @@ def acceptance_pairs(f: Finding, claims: Claims) -> fc.plt.Figure:
                 axes[2].bar([x], [hit["value"][0]], width=width * 0.9,
                             color=st[label]["color"], hatch="//", edgecolor="black",
                             label=label)
-    axes[0].scatter([], [], label=f"{fc.article_tag(claims, c)} (at the compared temperature)",
-                    **fc.ARTICLE)
+    fc.key(axes[0], f"{fc.article_tag(claims, c)} (at the compared temperature)", "article",
+           **fc.ARTICLE)
     for ax, ttl, ylabel in (
             (axes[0], "tokens per step", "acceptance length (tokens per step)"),
             (axes[1], "measured (this engine)", TPS),

@@ -48,13 +48,16 @@ def article_lines(ax, pub: pl.DataFrame, f: Finding, y: str = "value") -> None:
     hollow markers (the arm's label is the measured panel's; this panel's title says
     'article')."""
     st = fc.styles(f)
+    levels = sorted({int(x) for x in pub["concurrency"].drop_nulls().to_list()})
     for label in f.labels.values():
-        part = pub.filter((pl.col("study_arm") == fc.arm_of(f, label))
-                          & pl.col("concurrency").is_not_null()).sort("concurrency")
-        if part.height:
-            ax.plot(part["concurrency"], part[y], mfc="none", **st[label])
-    ax.plot([], [], color="black", marker="o", mfc="none", linestyle="none",
-            label="article (hollow markers, the arm's colour and line)")
+        arm = fc.arm_of(f, label)
+        part = pub.filter((pl.col("study_arm") == arm) & pl.col("concurrency").is_not_null())
+        at = dict(zip(part["concurrency"].to_list(), part[y].to_list(), strict=True))
+        if at:  # every level of the panel, a gap (NaN) where the article has no figure
+            ax.plot(levels, [at.get(x, float("nan")) for x in levels], mfc="none",
+                    gid=f"article-line|{arm}", **st[label])
+    fc.key(ax, "article (hollow markers, the arm's colour and line)", "article-line",
+           line=True, color="black", marker="o", mfc="none", linestyle="none")
     fc.streams_axis(ax, pub["concurrency"].to_list())
 
 
@@ -81,8 +84,8 @@ def block_sweep_speed(f: Finding, claims: Claims) -> fc.plt.Figure:
         color = st.get(f.labels.get(row["study_arm"]), {}).get("color", "black")
         fc.article_marker(axes[2], row["concurrency"],
                           metrics.relative_change_pct(row["value"], row["_b"]), color)
-    axes[2].scatter([], [], label=f"{fc.article_tag(claims, c)} (diamonds, the arm's colour)",
-                    **fc.ARTICLE)
+    fc.key(axes[2], f"{fc.article_tag(claims, c)} (diamonds, the arm's colour)", "article",
+           **fc.ARTICLE)
     axes[2].axhline(0, color="grey", linewidth=0.8)
     fc.streams_axis(axes[2], c["concurrency"].to_list(), pub["concurrency"].to_list())
     axes[2].set(title=f"gain over {base_label}", xlabel="concurrent streams",
@@ -114,7 +117,7 @@ def acceptance_by_arm(f: Finding, claims: Claims, concurrency: int | None = None
         for row in points_at(pub, claims, fc.arm_of(f, label), workload, level,
                              temp).to_dicts():
             fc.article_marker(axes[0], i, row["value"])
-    axes[0].scatter([], [], label=tag, **fc.ARTICLE)
+    fc.key(axes[0], tag, "article", **fc.ARTICLE)
     rep = {lab: at.filter(pl.col("label") == lab)["repeated_4gram_share"].drop_nulls()
            for lab in labels}
     axes[0].set_xticks(range(len(labels)), [
@@ -166,7 +169,7 @@ def _positions(ax, f: Finding, at: pl.DataFrame, labels: list[str], claims: Clai
             ax.scatter([r["position"] + offset[label]], [r["value"]], **kw,
                        gid=f"article-position|{pub_arm}|{r['position']}")
             depth = max(depth, r["position"])
-        ax.scatter([], [], label=name, **kw)
+        fc.key(ax, name, f"article-position|{pub_arm}|", **kw)
     ax.set_xticks(range(1, depth + 1))
     ax.set(xlabel="draft position", ylabel="accepted at this position (% of steps)",
            title=f"acceptance by draft position at {level[1]} stream(s)")
@@ -231,8 +234,10 @@ def temperature_runs(f: Finding, claims: Claims) -> fc.plt.Figure:
                 vals = [v * factor for v in c.filter((pl.col("label") == label)
                                                      & (pl.col("temperature") == t))[y]
                         .to_list() if v is not None]
-                fc.mean_bar(ax, x_of(i, t), fc.stats(vals), st[label], width * 0.9,
-                            hatch=hatches[ts.index(t) % len(hatches)])
+                bars = fc.mean_bar(ax, x_of(i, t), fc.stats(vals), st[label], width * 0.9,
+                                   hatch=hatches[ts.index(t) % len(hatches)])
+                if bars is not None:
+                    bars.patches[0].set_gid(f"temperature|{t:g}|{label}")
                 ax.scatter([x_of(i, t)] * len(vals), vals, color="black", s=9, zorder=4)
         ticks(ax)
 
@@ -242,8 +247,10 @@ def temperature_runs(f: Finding, claims: Claims) -> fc.plt.Figure:
 
     measured(axes[0], "agg_tok_s")
     for t in ts:  # the temperature key: grey bars with each temperature's hatch
-        axes[0].bar([0], [0], color="#bbbbbb", edgecolor="#444444",
-                    hatch=hatches[ts.index(t) % len(hatches)], label=f"T={t:g}")
+        if any((a.get_gid() or "").startswith(f"temperature|{t:g}|") for a in axes[0].patches):
+            axes[0].bar([0], [0], color="#bbbbbb", edgecolor="#444444",
+                        hatch=hatches[ts.index(t) % len(hatches)], label=f"T={t:g}",
+                        gid=f"key|temperature|{t:g}|")
     axes[0].set(ylabel="single-stream decode (tok/s)", title="measured, per temperature")
     _article_runs(axes[1], f, claims, labels, ts, x_of, width)
     ticks(axes[1])
@@ -263,7 +270,7 @@ def temperature_runs(f: Finding, claims: Claims) -> fc.plt.Figure:
             axes[2].errorbar([x], [mid], yerr=[[mid - row["min"]], [row["max"] - mid]],
                              fmt="none", ecolor="black", elinewidth=1.2, capsize=6, zorder=5,
                              label=f"article {claims.article}: range over its runs")
-    axes[2].scatter([], [], label=f"article {claims.article}: a printed figure", **fc.ARTICLE)
+    fc.key(axes[2], f"article {claims.article}: a printed figure", "article", **fc.ARTICLE)
     axes[2].set(ylabel="draft tokens accepted (%)", title="draft acceptance rate")
     fc.title(fig, None, c, "agg_tok_s")
     fc.legend_below(fig, axes)
