@@ -153,14 +153,14 @@ def across_missing_levels(fig) -> list[str]:
     article's diamonds at levels no line was measured at, make no level)."""
     out = []
     for i, ax in enumerate(fig.axes):
-        arts = [a for a in ax.lines if a.get_linestyle() not in ("None", "none", "", " ")]
-        at = [{float(x) for x in _xs(a)} for a in arts]
-        for line in ax.lines:
-            others = [xs for a, xs in zip(arts, at, strict=True) if a is not line]
+        lines = [a for a in ax.lines if a.get_linestyle() not in ("None", "none", "", " ")]
+        at = [{float(x) for x in _xs(a)} for a in lines]
+        for line in lines:
+            if not line.get_label():
+                continue
+            others = [xs for a, xs in zip(lines, at, strict=True) if a is not line]
             levels = sorted({x for xs in others for x in xs
                              if sum(x in o for o in others) >= 2})
-            if line.get_linestyle() in ("None", "none", "", " ") or not line.get_label():
-                continue
             pts = list(zip(line.get_xdata(orig=False), line.get_ydata(orig=False),
                            strict=False))
             # the segments drawn: consecutive points both finite (a NaN breaks the line)

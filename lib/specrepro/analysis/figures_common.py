@@ -122,17 +122,18 @@ def article_marker(ax, x: float, y: float, color: str = "black", gid: str | None
                gid=gid or f"article|at|{x:g}|{y:.6g}")
 
 
-def key(ax, label: str, gid: str, line: bool = False, **style) -> bool:
-    """A legend key (an empty artist in `style`, gid `key|<gid>`) for a group of drawn
-    artists, those whose gid starts with `gid`: added only when the panel drew one of them,
-    so the legend never lists what is not there (figure_checks). Returns whether it was."""
+def key(ax, label: str, gid: str, kind: str = "scatter", **style) -> bool:
+    """A legend key in `style`, gid `key|<gid>` (an empty scatter or line, or a bar of 0 at
+    x = 0 for a hatch, `kind`), for a group of drawn artists, those whose gid starts with
+    `gid`: added only when the panel drew one of them, so the legend never lists what is not
+    there (figure_checks). Returns whether it was."""
     arts = list(ax.collections) + list(ax.lines) + list(ax.patches)
     if not any((a.get_gid() or "").startswith(gid) for a in arts):
         return False
-    if line:
-        ax.plot([], [], label=label, gid=f"key|{gid}", **style)
-    else:
-        ax.scatter([], [], label=label, gid=f"key|{gid}", **style)
+    draw = {"scatter": lambda **kw: ax.scatter([], [], **kw),
+            "line": lambda **kw: ax.plot([], [], **kw),
+            "bar": lambda **kw: ax.bar([0], [0], **kw)}[kind]
+    draw(label=label, gid=f"key|{gid}", **style)
     return True
 
 

@@ -57,7 +57,7 @@ def article_lines(ax, pub: pl.DataFrame, f: Finding, y: str = "value") -> None:
             ax.plot(levels, [at.get(x, float("nan")) for x in levels], mfc="none",
                     gid=f"article-line|{arm}", **st[label])
     fc.key(ax, "article (hollow markers, the arm's colour and line)", "article-line",
-           line=True, color="black", marker="o", mfc="none", linestyle="none")
+           kind="line", color="black", marker="o", mfc="none", linestyle="none")
     fc.streams_axis(ax, pub["concurrency"].to_list())
 
 
@@ -247,10 +247,8 @@ def temperature_runs(f: Finding, claims: Claims) -> fc.plt.Figure:
 
     measured(axes[0], "agg_tok_s")
     for t in ts:  # the temperature key: grey bars with each temperature's hatch
-        if any((a.get_gid() or "").startswith(f"temperature|{t:g}|") for a in axes[0].patches):
-            axes[0].bar([0], [0], color="#bbbbbb", edgecolor="#444444",
-                        hatch=hatches[ts.index(t) % len(hatches)], label=f"T={t:g}",
-                        gid=f"key|temperature|{t:g}|")
+        fc.key(axes[0], f"T={t:g}", f"temperature|{t:g}|", kind="bar", color="#bbbbbb",
+               edgecolor="#444444", hatch=hatches[ts.index(t) % len(hatches)])
     axes[0].set(ylabel="single-stream decode (tok/s)", title="measured, per temperature")
     _article_runs(axes[1], f, claims, labels, ts, x_of, width)
     ticks(axes[1])
