@@ -283,3 +283,18 @@ def test_compile_raises_dynamos_recompile_limit(tiny_checkpoint):
         make_engine(tiny_checkpoint, compile=True)  # compilation itself is lazy: nothing runs
         assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
     assert torch._dynamo.config.recompile_limit == before  # readable, and restored
+
+
+def test_compile_scope_layer_compiles_each_decoder_layer_and_keeps_the_outputs(tiny_checkpoint):
+    from specrepro.embedded.model import DecoderLayer
+    with pytest.raises(ValueError, match="EngineConfig.compile_scope='model'"):
+        EngineConfig(compile_scope="model")
+    ref = make_engine(tiny_checkpoint, static_shapes=True)
+    eng = make_engine(tiny_checkpoint, static_shapes=True, compile=True, compile_scope="layer")
+    layers = [m for m in eng.model.modules() if isinstance(m, DecoderLayer)]
+    assert layers and all(m._compiled_call_impl is not None for m in layers)
+    # the step is not compiled a second time around the compiled layers, names unchanged
+    assert eng._decode_step.compiled is None and eng._forward.fn is eng.model
+    assert list(eng.model.state_dict()) == list(ref.model.state_dict())
+    p = prompts(1, seed=3, lo=6, hi=7)
+    assert eng.generate(p, max_tokens=6) == ref.generate(p, max_tokens=6)

@@ -207,6 +207,10 @@ SERVER_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                               help="waiting-queue bound; a request past it gets 503")),
     (("--seed",), dict(type=int, default=0)),
     (("--compile",), dict(action=argparse.BooleanOptionalAction, default=False)),
+    (("--compile-scope",), dict(choices=("step", "layer"), default="step",
+                                help="what --compile wraps: the whole decode step, or each "
+                                     "decoder layer (one layer's compile time for a deep "
+                                     "model; the CUDA graph still records the whole step)")),
     (("--threads",), dict(type=int, default=None,
                           help="torch CPU threads (default: 1 on --device cpu, where the tiny "
                                "model's kernels are microseconds long and OpenMP waits cost "

@@ -17,6 +17,7 @@ import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 WEIGHT_LAYOUTS = ("auto", "k_major", "row_major")
+COMPILE_SCOPES = ("step", "layer")
 
 
 @dataclass
@@ -38,6 +39,11 @@ class EngineConfig:
     # torch.compile: with static shapes the whole decode program (one compile per (bucket, k),
     # then captured), else the target forward and the drafter's calls (dynamic shapes)
     compile: bool = False
+    # what torch.compile wraps: "step" (the whole decode program, or the target forward) or
+    # "layer" (each decoder layer of the target and the drafter, one compiled code shared by
+    # all layers: a deep model compiles one layer's graph per shape instead of an unrolled
+    # program of every layer; the CUDA graph still records the whole step)
+    compile_scope: str = "step"
     cuda_graphs: bool = True  # capture fixed-shape decode/verify passes on CUDA
     # decode steps as one fixed-shape program (whole-row attention, padded batch buckets);
     # None: on when CUDA graphs are used. True on the CPU runs the graphs' code path eagerly.
@@ -56,6 +62,9 @@ class EngineConfig:
         if self.quantization not in ("none", "nvfp4"):
             raise ValueError(f"EngineConfig.quantization={self.quantization!r}, expected "
                              "'none' or 'nvfp4'")
+        if self.compile_scope not in COMPILE_SCOPES:
+            raise ValueError(f"EngineConfig.compile_scope={self.compile_scope!r}, expected one "
+                             f"of {list(COMPILE_SCOPES)}")
         if self.weight_layout not in WEIGHT_LAYOUTS:
             raise ValueError(f"EngineConfig.weight_layout={self.weight_layout!r}, expected one "
                              f"of {list(WEIGHT_LAYOUTS)}")

@@ -24,7 +24,9 @@ Design:
   batch: drafts are padded after real tokens (invisible under causal attention), sampling
   draws from each request's own `torch.Generator`, quantization scales are static.
 - Speed: the attention length is rounded up to a bucket so shapes repeat; `compile=True`
-  wraps the target forward in `torch.compile`.
+  wraps the target forward (or, static, the decode program) in `torch.compile`, or with
+  `compile_scope="layer"` each decoder layer (`compile_layers`: a deep model's compile time
+  is one layer's).
 - Static decode (`static_shapes`, on by default wherever CUDA graphs are): a decode step runs
   as one fixed-shape tensor program, captured per (batch bucket, k) in a CUDA graph at
   start-up on CUDA and run eagerly at the same shapes elsewhere; eager passes of varying
@@ -178,11 +180,13 @@ class LLMEngine:
         if self.proposer is not None and self.spec.quantization == "fp8_per_tensor":
             self._quantize_drafter()
             self._reset_state()  # calibration traffic is not the server's
-        if cfg.compile and not self.static and isinstance(self.proposer, torch.nn.Module):
+        if self._compile_whole and not self.static and isinstance(self.proposer, torch.nn.Module):
             self._proposer_calls = _CompiledProposer(self.proposer)
         self._relayout_weights()
         if hasattr(self.proposer, "finalize"):  # modules final: fuse what inference reuses
             self.proposer.finalize()
+        if cfg.compile and cfg.compile_scope == "layer":
+            compile_layers(self.model, self.proposer)
         if cfg.compile:
             dyn = torch._dynamo.config
             dyn.recompile_limit = max(dyn.recompile_limit, RECOMPILE_LIMIT)
@@ -191,6 +195,11 @@ class LLMEngine:
         if self.static and self.use_graphs:  # every shape now: timed regions never capture
             with torch.inference_mode():
                 self._decode_step.capture_all(self.decode_shapes())
+
+    @property
+    def _compile_whole(self) -> bool:
+        """torch.compile over the whole decode program or target forward (scope "step")."""
+        return self.config.compile and self.config.compile_scope == "step"
 
     def _relayout_weights(self) -> None:
         layout = self.config.weight_layout
@@ -283,9 +292,9 @@ class LLMEngine:
     def _reset_state(self) -> None:
         k_max = self.spec.num_speculative_tokens
         self._forward = _Forward(self.model, self.cache, self.config, self.scratch_slot,
-                                 self.static)
+                                 self.static, compile=self._compile_whole)
         self._decode_step = _DecodeStep(self.model, self.cache, self.proposer,
-                                        self.scratch_slot, self.use_graphs, self.config.compile)
+                                        self.scratch_slot, self.use_graphs, self._compile_whole)
         self.stats = EngineStats(accepted_per_pos=[0] * k_max)
         self.free_slots = list(range(self.config.max_num_seqs - 1, -1, -1))  # pop(): slot 0
         self.waiting: collections.deque[_Sequence] = collections.deque()
@@ -557,6 +566,26 @@ class _TimedProposer:
         if name in ("propose", "propose_ragged", "observe"):
             return lambda *a, **kw: self.timed(attr, *a, **kw)
         return attr
+
+
+def compile_layers(model, proposer=None) -> int:
+    """Compile every decoder layer of the target and of a drafter in place (compile scope
+    "layer"); returns how many. The layers share one code object and dynamo lifts their
+    weights to inputs, so the compiled graph of one layer serves all of them: a 37-layer
+    stand-in compiles one layer per input shape rather than the unrolled program. Shapes
+    are automatic-dynamic (static first, symbolic once a second shape arrives), so varying
+    prefill chunks do not compile one graph each. Names and state dicts are unchanged."""
+    from specrepro.embedded.model import DecoderLayer
+
+    n = 0
+    for module in (model, proposer):
+        if not isinstance(module, torch.nn.Module):
+            continue
+        for m in module.modules():
+            if isinstance(m, DecoderLayer):
+                m.compile()
+                n += 1
+    return n
 
 
 class _CompiledProposer:

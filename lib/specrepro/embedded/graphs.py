@@ -70,10 +70,12 @@ class _Forward:
     """The target pass the stages call: binds the cache, buckets the attention length,
     optionally compiled, and on CUDA replays a captured graph per (batch, length) shape."""
 
-    def __init__(self, model, cache, cfg: EngineConfig, scratch_slot: int, static: bool = False):
+    def __init__(self, model, cache, cfg: EngineConfig, scratch_slot: int, static: bool = False,
+                 compile: bool | None = None):
         self.model, self.cache, self.cfg = model, cache, cfg
         self.scratch_slot = scratch_slot
-        self.fn = torch.compile(model, dynamic=True) if cfg.compile and not static else model
+        compile = cfg.compile if compile is None else compile  # False: layers compiled instead
+        self.fn = torch.compile(model, dynamic=True) if compile and not static else model
         self.graphs = {}  # (B, S, hidden_layers) -> _Graph | None (None: capture failed)
         self.use_graphs = cfg.cuda_graphs and torch.device(cfg.device).type == "cuda"
 

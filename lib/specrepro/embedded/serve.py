@@ -544,6 +544,7 @@ def build_engine(args):
         batched_prefill=args.batched_prefill,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes, speculative=args.speculative_config,
         max_waiting=args.max_waiting, seed=args.seed, compile=args.compile,
+        compile_scope=args.compile_scope,
         num_threads=engine_threads(args)))
 
 
