@@ -37,14 +37,17 @@ RULES: dict[str, tuple[str, ...]] = {
     # a gate names a column of the results tables
     "specrepro.params": ("specrepro.params", "specrepro.results", *SHARED),
     "specrepro.results": ("specrepro.results", "specrepro.store_sharing",
-                          "specrepro.results_schema", *SHARED),
+                          "specrepro.results_schema", "specrepro.store_integrity", *SHARED),
     "specrepro.results_schema": (),  # the tables' columns: polars types only
     # a probe's answers in a manifest: read by `specrepro probe` and by the report
     "specrepro.probe_answers": ("specrepro.params", *SHARED),
     "specrepro.store_sharing": (),
+    # what a readable table file is; a damaged one set aside (results and compaction read
+    # through it)
+    "specrepro.store_integrity": ("specrepro.results_schema", "specrepro.store_sharing"),
     # a store made ready to commit: rewrites what results.py wrote
     "specrepro.compaction": ("specrepro.compaction", "specrepro.results",
-                             "specrepro.store_sharing", *SHARED),
+                             "specrepro.store_sharing", "specrepro.store_integrity", *SHARED),
     "specrepro.workloads": ("specrepro.workloads", *SHARED),
     "specrepro.grading": ("specrepro.grading",),
     "specrepro.published": ("specrepro.published",),

@@ -3,6 +3,9 @@
 Design: a store is written append-only while sessions run (results.py); before it is
 committed, compaction rewrites its files into their smallest lossless form, each step
 checked before anything is deleted, and each run again changes nothing:
+- every table file read whole first (store_integrity.verify_files): a damaged one (empty,
+  truncated, wrong schema) is moved to `<store>/quarantine/`, recorded in the manifest and
+  reported, and compaction goes on with the rest (exit status 1: the store lost rows);
 - parts of killed sessions merged into their session's file (ResultStore._merge), and the
   manifest's repeated session params stored once (ResultStore.dedupe_manifest);
 - legacy requests files (per-token gaps in float seconds) rewritten as the chunks they were
@@ -22,8 +25,6 @@ import os
 import sys
 from pathlib import Path
 
-import polars as pl
-
 from specrepro.metrics import token_gaps_s
 from specrepro.results import (
     _MERGED,
@@ -38,6 +39,7 @@ from specrepro.results import (
     _read,
     _temp_parquet,
 )
+from specrepro.store_integrity import SetAside, read_table_file, verify_files
 from specrepro.store_sharing import locked
 
 
@@ -67,19 +69,24 @@ def append_log(path: Path | str, text: str) -> Path:
     return packed
 
 
-def compact_store(store: ResultStore) -> dict[str, int]:
-    """Every part of this run into its session's merged file (killed sessions, old
-    stores), the manifest with each repeated session params stored once, legacy
-    requests files with chunks (`upgrade_requests`), the session files folded into one
-    per table (`fold_sessions`) and plain engine logs gzipped (`pack_log`): run it on a
-    store no session is writing, before committing. Returns the parts merged per table,
-    `upgraded` (requests files rewritten), `folded` (session files folded) and
-    `logs_packed`."""
-    done = store._merge(None)
+def compact_store(store: ResultStore) -> dict[str, int | list[SetAside]]:
+    """Every table file verified (the damaged set aside: `quarantined`), every part of
+    this run into its session's merged file (killed sessions, old stores), the manifest
+    with each repeated session params stored once, legacy requests files with chunks
+    (`upgrade_requests`), the session files folded into one per table (`fold_sessions`)
+    and plain engine logs gzipped (`pack_log`): run it on a store no session is writing,
+    before committing. Returns the parts merged per table, `upgraded` (requests files
+    rewritten), `folded` (session files folded), `logs_packed` and, where any file was
+    set aside, `quarantined` (store_integrity.SetAside, one a file)."""
+    quarantined = [bad for t in KEYS  # main reports them
+                   for bad in verify_files(_files(store.root, t), t, say=False)]
+    done: dict = store._merge(None)
     store.dedupe_manifest()
     done["upgraded"] = upgrade_requests(store)
     done["folded"] = fold_sessions(store)
     done["logs_packed"] = len([pack_log(f) for f in sorted(store.logs_dir.glob("*.log"))])
+    if quarantined:
+        done["quarantined"] = quarantined
     return done
 
 
@@ -114,8 +121,8 @@ def upgrade_requests(store: ResultStore) -> int:
     n = 0
     with locked(store.requests_dir):
         for f in sorted(store.requests_dir.glob("session-*.parquet")):
-            old = pl.read_parquet(f)
-            if LEGACY_ITL not in old.columns:
+            old = read_table_file(f, "requests")
+            if old is None or LEGACY_ITL not in old.columns:
                 continue
             new = _read([f], "requests")
             for key, gaps, (at, m) in zip(
@@ -160,8 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"specrepro compact: no such directory: {', '.join(missing)}", file=sys.stderr)
         return 2
+    code = 0
     for d in args.dirs:
         for run, merged in compact(d).items():
+            for bad in merged.get("quarantined", []):
+                print(f"{run}: set aside {bad.path.relative_to(run)}: {bad.problem} -> "
+                      + (str(bad.moved_to.relative_to(run)) if bad.moved_to else "not moved")
+                      + (f" ({bad.note})" if bad.note else ""))
+                code = 1
             files = {t: len(list((run / t).glob("session-*.parquet"))) for t in KEYS}
             print(f"{run}: merged {merged.get('cells', 0)} cells and "
                   f"{merged.get('requests', 0)} requests parts; now {files['cells']} cells "
@@ -171,5 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                   + (f"; {merged['folded']} session files folded into {ALL_SESSIONS}"
                      if merged.get("folded") else "")
                   + (f"; {merged['logs_packed']} logs gzipped" if merged.get("logs_packed")
-                     else ""))
-    return 0
+                     else "")
+                  + (f"; {len(merged['quarantined'])} damaged files set aside in quarantine/"
+                     if merged.get("quarantined") else ""))
+    return code

@@ -115,9 +115,14 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
     if cells.height == 0:
         suite_file = _shown(suite.path)
         why_not = why_not or cannot_measure_here(study)
+        # a store whose files were damaged was measured: say where they went instead
+        gone = [e["file"] for e in results.ResultStore(base, study.name, suite.run_id)
+                .manifest().get("quarantined", [])]
         raise FindingError(
             f"{notebook_id}: no stored results for study {study.name!r} of suite "
-            f"{suite.name!r} in {_shown(store_root)}: it was never measured"
+            f"{suite.name!r} in {_shown(store_root)}: "
+            + (f"its damaged files ({', '.join(gone)}) were set aside in quarantine/ "
+               "(manifest.json: quarantined)" if gone else "it was never measured")
             + (f", and this machine cannot measure it ({why_not})" if why_not else "")
             + f". Measure it{' on a machine with an NVIDIA GPU' if why_not else ''} "
             f"(mode 'auto' or 'run') with `make nb NB={notebook_id} PARAMS={suite_file}` or "

@@ -35,6 +35,9 @@ Design (docs/architecture.md "Contract: results"):
   commit and dirty flag, package versions, host, GPU/driver/CUDA (NVML) and the start time;
   update_session() adds engines as they launch, end_session() the end time.
 - Columns: results_schema.py (every file has the same columns and types).
+- Damage: every file is read through store_integrity.read_table_file, which sets a
+  damaged one (empty, truncated, wrong schema) aside in `<store>/quarantine/`, records it
+  in the manifest and names it in one line; the loaders read the rest.
 """
 
 from __future__ import annotations
@@ -63,19 +66,23 @@ from specrepro.results_schema import (
     CELL_REQUIRED,
     CELL_SCHEMA,
     DEFAULTS,
+    LEGACY_ITL,
     REQUEST_REQUIRED,
     REQUEST_SCHEMA,
     STATUSES,
 )
+from specrepro.store_integrity import read_table_file
 
 # settled is re-exported: an archive takes it from here (harness/deadline.py)
 from specrepro.store_sharing import (  # noqa: F401
     SAME_AS,
     locked,
+    read_manifest,
     resolve_params_refs,
     settled,
     vanishing_parts_retried,
 )
+from specrepro.store_sharing import write_json as _write_json
 
 # Session ids are `<UTC time>-<6 hex>` (begin_session); `unknown` names the merged file of
 # old parts that no session of the manifest covers.
@@ -210,16 +217,6 @@ def write_part(df: pl.DataFrame, path: Path) -> None:
     _fsync(path.parent)
 
 
-def _write_json(data: Any, path: Path) -> None:
-    """Whole-file replace of a small JSON document via temp file + rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
-
-
 # ----------------------------------------------------------------------- reading
 
 
@@ -231,10 +228,11 @@ def _files(root: Path, table: str) -> list[Path]:
 
 def _read(files: Iterable[Path], table: str) -> pl.DataFrame:
     """The rows of these files, each key once (a merged file and leftover parts of the same
-    session hold the same rows), in the schema's column order."""
+    session hold the same rows), in the schema's column order; a damaged file is set aside
+    (store_integrity) and the others read."""
     schema = CELL_SCHEMA if table == "cells" else REQUEST_SCHEMA
-    frames = [_session_named(_with_added(pl.read_parquet(f), schema), f).select(list(schema))
-              for f in files]
+    frames = [_session_named(_with_added(df, schema), f).select(list(schema))
+              for f in files if (df := read_table_file(f, table)) is not None]
     if not frames:
         return empty(schema)
     keys = KEYS[table] if table == "requests" else ["study", "run_id", *KEYS[table]]
@@ -260,9 +258,6 @@ def _with_added(df: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataF
         df = _chunks_of_legacy(df)
     return df.with_columns(pl.lit(None, schema[c]).alias(c)
                            for c in ADDED_COLUMNS if c in schema and c not in df.columns)
-
-
-LEGACY_ITL = "itl_s"  # requests files before 2026-12-02: per-token gaps, float seconds
 
 
 def _chunks_of_legacy(df: pl.DataFrame) -> pl.DataFrame:
@@ -346,9 +341,7 @@ class ResultStore:
         """manifest.json as stored: a session whose params equal an earlier session's holds
         `{"same_as_session": <id>}` instead of a copy (many sessions of one study, as arms
         run side by side, would otherwise store the whole resolved study each)."""
-        if self.manifest_path.is_file():
-            return json.loads(self.manifest_path.read_text())
-        return {"study": self.study, "run_id": self.run_id, "sessions": []}
+        return read_manifest(self.root)
 
     def manifest(self) -> dict[str, Any]:
         """The manifest with every session's params whole (references resolved)."""
@@ -441,12 +434,13 @@ class ResultStore:
         """cell_id -> highest attempt on disk, from part names and merged files' keys."""
         if self._attempts is None:
             self._attempts = {}
-            for folder in (self.cells_dir, self.requests_dir):
+            for table, folder in (("cells", self.cells_dir), ("requests", self.requests_dir)):
                 for f in folder.glob("*.parquet"):
                     if m := _PART.match(f.name):
                         pairs = [(m["cell"], int(m["attempt"]))]
                     elif _MERGED.match(f.name):
-                        pairs = pl.read_parquet(f, columns=KEYS["cells"]).unique().rows()
+                        keys = read_table_file(f, table, KEYS["cells"])
+                        pairs = [] if keys is None else keys.unique().rows()
                     else:
                         continue
                     for cid, n in pairs:
@@ -589,17 +583,22 @@ def _merge_parts(target: Path, parts: list[Path], table: str) -> None:
     """parts (and what target already holds) into target, then the parts deleted: temp
     file, fsync, rename over target, fsync the folder; a part goes only once every key it
     holds is read back from target. Merging parts already merged changes nothing."""
-    present = [target] if target.exists() else []
-    merged = _read(present + parts, table).sort(KEYS[table])
-    if not present or merged.height > pl.read_parquet(target, columns=KEYS[table]).height:
+    merged = _read(([target] if target.exists() else []) + parts, table).sort(KEYS[table])
+    parts = [p for p in parts if p.exists()]  # reading set the damaged ones aside
+    if not parts:
+        return
+    before = read_table_file(target, table, KEYS[table]) if target.exists() else None
+    if before is None or merged.height > before.height:
         tmp = _temp_parquet(merged, target.parent, target.name)
         os.replace(tmp, target)
         _fsync(target.parent)
-    kept = pl.read_parquet(target, columns=KEYS[table])
+    kept = read_table_file(target, table, KEYS[table])
     for part in parts:
-        keys = pl.read_parquet(part, columns=KEYS[table])
-        if keys.join(kept, on=KEYS[table], how="anti").height:
+        keys = read_table_file(part, table, KEYS[table])  # None: set aside in quarantine/
+        if kept is None or (keys is not None
+                            and keys.join(kept, on=KEYS[table], how="anti").height):
             raise ResultsError(f"{target}: rows of {part.name} missing after the merge; "
                                "the part is kept")
-        part.unlink()
+        if keys is not None:
+            part.unlink()
     _fsync(target.parent)

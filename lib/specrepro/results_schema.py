@@ -67,6 +67,10 @@ ADDED_COLUMNS = {"itl_request_mean_ms",  # issue 16: the peers' inter-token late
                  "engine_queue_ms", "engine_prefill_ms", "engine_decode_ms", "engine_ttft_ms",
                  "engine_itl_ms", "engine_e2e_ms", "engine_busy_share"}
 
+# The column requests files stored before 2026-12-02 in place of chunk_gap_us and
+# chunk_tokens: per-token gaps, float seconds (results._chunks_of_legacy reads it).
+LEGACY_ITL = "itl_s"
+
 # Columns a row must give; every other column defaults to null ([] for warnings).
 CELL_REQUIRED = ("cell_id", "attempt", "status")
 REQUEST_REQUIRED = ("request_idx",)

@@ -14,13 +14,18 @@ Design:
 - Manifest size: arms run side by side start one session each with the same resolved
   study; a session whose params equal an earlier one's stores `{"same_as_session": id}`
   (`SAME_AS`), and `resolve_params_refs` gives every session its params back on reading.
+- The manifest as a file (`read_manifest`, `write_json`: temp file + rename) lives here, so
+  both the store (results.py) and what sets a damaged file aside (store_integrity.py) edit
+  it under `locked(root)` the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,18 +52,54 @@ def settled(root: Path):
 
 
 @contextlib.contextmanager
-def locked(folder: Path):
+def locked(folder: Path, wait_s: float | None = None):
     """An exclusive flock on a folder: a table folder for the length of a merge, the
     store's root for a read-modify-write of its manifest (sessions of one store may run
-    at once: `specrepro run --arm`)."""
+    at once: `specrepro run --arm`). With `wait_s`, TimeoutError after that long: for a
+    caller that may hold a table folder's lock already, where an archive's `settled`
+    (root, then table folders) waiting on it would otherwise wait forever."""
     import fcntl  # POSIX, as the harness is; imported here so reading needs none of it
 
     fd = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if wait_s is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            until = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > until:
+                        raise TimeoutError(f"{folder}: still locked after {wait_s:g} s"
+                                           ) from None
+                    time.sleep(0.05)
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """`<root>/manifest.json` as stored (params references unresolved), or the empty
+    manifest of the run `<study>/<run_id>` that root names."""
+    path = Path(root) / "manifest.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    return {"study": Path(root).parent.name, "run_id": Path(root).name, "sessions": []}
+
+
+def write_json(data: Any, path: Path) -> None:
+    """Whole-file replace of a small JSON document via temp file + rename, keeping the
+    file's mode, 0644 for a new one (mkstemp's 0600 would make a manifest private to
+    whoever last edited it: a reader that records a quarantine, too)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
 
 
 VANISHED_RETRIES = 5
