@@ -62,6 +62,8 @@ def test_unset_variable_reads_the_hub(monkeypatch):
     import datasets
 
     monkeypatch.delenv(data.DATA_DIR_ENV, raising=False)
+    monkeypatch.setattr(data, "CHECKOUT_DATA_DIR", None)  # no ../shared/data default here
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is not asked first (hub_unreachable)
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append((a, k)) or "ds")
     assert data.load_gsm8k("train") == "ds"
@@ -77,6 +79,8 @@ def test_hub_failure_says_what_to_set(monkeypatch):
         raise ConnectionError("no network")
 
     monkeypatch.delenv(data.DATA_DIR_ENV, raising=False)
+    monkeypatch.setattr(data, "CHECKOUT_DATA_DIR", None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(data.DataError, match=r"openai/gsm8k.*no network.*SPECREPRO_DATA_DIR"):
         data.load_gsm8k("test")

@@ -5,7 +5,15 @@ Design:
   like ``../shared/data``: ``gsm8k/{train,test}.jsonl`` (the hub's rows, one JSON
   object a line) and ``wikitext-2/{valid,test}.txt`` (the tokenized raw text).
   Where it is set it wins over the hub, so tests and CI never touch the network.
-  Every function also takes an explicit ``data_dir`` that wins over both.
+  Unset, it defaults as the Makefile's does, to the checkout's ``../shared/data``
+  where that directory exists (`CHECKOUT_DATA_DIR`), so ``specrepro run`` outside
+  ``make`` finds the same data; set empty, it means the hub.
+  Every function also takes an explicit ``data_dir`` that wins over all of these.
+- The hub is asked once: before ``datasets`` (whose client retries an unreachable host
+  five times over some 25 s), one request with a short timeout (`hub_unreachable`);
+  where it gets no answer, DataError says so at once. In offline mode
+  (``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE``) nothing is asked: ``datasets`` reads its
+  cache. A run checks its data this way before any engine starts (workloads.check_data).
 - Two ways to GSM8K that return the same rows:
   ``load_gsm8k`` goes through ``datasets`` (hub ``openai/gsm8k``/``main``, or
   the local JSONL through the ``json`` builder) and returns a ``datasets.Dataset``;
@@ -13,20 +21,29 @@ Design:
   places without ``datasets`` (the GPU box that trains the embedded model).
 - This module imports only the standard library at import time; ``datasets``
   is imported inside the functions that need it.
-- Missing data fails with ``DataError`` naming the variable and the path tried.
+- Missing data fails with ``DataError``, one line naming the variable and the path tried.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 DATA_DIR_ENV = "SPECREPRO_DATA_DIR"
 GSM8K_HUB = ("openai/gsm8k", "main")
 GSM8K_SPLITS = ("train", "test")
 WIKITEXT_SPLITS = ("valid", "test")
+# The Makefile's `SPECREPRO_DATA_DIR ?= $(abspath ../shared/data)`, seen from a checkout
+# (this file is <checkout>/lib/specrepro/data.py); None where this is no checkout.
+_CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT_DATA_DIR: Path | None = (_CHECKOUT.parent / "shared" / "data"
+                                  if (_CHECKOUT / "Makefile").is_file() else None)
+HUB_TIMEOUT_S = 5.0
 
 
 class DataError(RuntimeError):
@@ -34,11 +51,26 @@ class DataError(RuntimeError):
 
 
 def data_dir(explicit: str | os.PathLike | None = None) -> Path | None:
-    """The local data directory: ``explicit`` if given, else ``$SPECREPRO_DATA_DIR``, else None."""
+    """The local data directory: ``explicit`` if given, else ``$SPECREPRO_DATA_DIR`` (set
+    empty: None, the hub), else the checkout's ``../shared/data`` where it exists, else
+    None (the hub)."""
     if explicit is not None:
         return Path(explicit)
     value = os.environ.get(DATA_DIR_ENV)
-    return Path(value) if value else None
+    if value is not None:
+        return Path(value) if value else None
+    if CHECKOUT_DATA_DIR is not None and CHECKOUT_DATA_DIR.is_dir():
+        return CHECKOUT_DATA_DIR
+    return None
+
+
+def _unset_note() -> str:
+    """Why no data directory is used, for a message: the variable and the default."""
+    if os.environ.get(DATA_DIR_ENV) == "":
+        return f"{DATA_DIR_ENV} is set empty (the hub)"
+    default = (f" and the checkout's default {CHECKOUT_DATA_DIR} does not exist"
+               if CHECKOUT_DATA_DIR is not None else "")
+    return f"{DATA_DIR_ENV} is not set{default}"
 
 
 def _local_file(explicit: str | os.PathLike | None, relative: str, what: str,
@@ -47,7 +79,7 @@ def _local_file(explicit: str | os.PathLike | None, relative: str, what: str,
     DataError that names the variable, the directory and the path when it is missing."""
     root = data_dir(explicit)
     if root is None:
-        raise DataError(f"{what}: {DATA_DIR_ENV} is not set; set it to a directory holding "
+        raise DataError(f"{what}: {_unset_note()}; set it to a directory holding "
                         f"{relative}{note}")
     path = root / relative
     if not path.is_file():
@@ -57,7 +89,35 @@ def _local_file(explicit: str | os.PathLike | None, relative: str, what: str,
 
 
 def _source(explicit: str | os.PathLike | None) -> str:
-    return "data_dir" if explicit is not None else DATA_DIR_ENV
+    if explicit is not None:
+        return "data_dir"
+    if os.environ.get(DATA_DIR_ENV) is None:
+        return f"{DATA_DIR_ENV} (unset: the checkout's default)"
+    return DATA_DIR_ENV
+
+
+def _offline() -> bool:
+    """The hub's and datasets' offline switches: nothing is asked of the network."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+@functools.cache
+def hub_unreachable() -> str | None:
+    """Why the hub does not answer (one request, `HUB_TIMEOUT_S`), or None where it
+    answers (any HTTP status: the hub is there; datasets says the rest). Asked once a
+    process."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = f"{endpoint}/api/datasets/{GSM8K_HUB[0]}"
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"),
+                               timeout=HUB_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return None
+    except (OSError, ValueError) as e:  # URLError, timeouts, refused; ValueError: a bad URL
+        reason = getattr(e, "reason", e)
+        return f"{endpoint}: {type(reason).__name__}: {reason}"
+    return None
 
 
 def _check_split(split: str, allowed: tuple[str, ...], dataset: str) -> None:
@@ -98,14 +158,33 @@ def load_gsm8k(split: str, root: str | os.PathLike | None = None):
     if data_dir(root) is not None:
         path = gsm8k_path(split, root)
         return datasets.load_dataset("json", data_files={split: str(path)}, split=split)
+    todo = f"set {DATA_DIR_ENV} to a directory holding gsm8k/{split}.jsonl" + (
+        " (offline mode: only the datasets cache was read)" if _offline()
+        else ", or HF_HUB_OFFLINE=1 where the datasets cache holds it")
+    if not _offline() and (why := hub_unreachable()):
+        raise DataError(f"GSM8K {split}: {_unset_note()}, and the hub gave no answer "
+                        f"({why}); {todo}")
     try:
         return datasets.load_dataset(*GSM8K_HUB, split=split)
     except Exception as e:  # no network, no cache: say what to do instead
+        first = (str(e).strip().splitlines() or [""])[0]
         raise DataError(
             f"GSM8K {split}: could not load {GSM8K_HUB[0]} ({GSM8K_HUB[1]}) from the hub "
-            f"({type(e).__name__}: {e}) and {DATA_DIR_ENV} is not set; set it to a "
-            f"directory holding gsm8k/{split}.jsonl"
+            f"({type(e).__name__}: {first}) and {_unset_note()}; {todo}"
         ) from e
+
+
+def check_gsm8k(split: str, root: str | os.PathLike | None = None) -> None:
+    """DataError (one line) where no source answers for a GSM8K split: the local file
+    where a data directory is named, else the hub (asked once: `load_gsm8k`, which also
+    leaves the split in the datasets cache for the run that follows)."""
+    if data_dir(root) is not None:
+        gsm8k_path(split, root)
+        return
+    try:
+        load_gsm8k(split, root)
+    except ImportError:  # no `datasets` here: only the local file would do (read_gsm8k)
+        gsm8k_path(split, root)
 
 
 # --- WikiText-2 ------------------------------------------------------------

@@ -189,6 +189,18 @@ def _gsm8k_rows(split: str, data_dir) -> list[dict]:
         return data.read_gsm8k(split, data_dir)
 
 
+def check_data(specs, *, data_dir=None) -> None:
+    """DataError (one line) where a workload among specs reads data no source has (GSM8K:
+    the data directory, else the hub, asked once: data.check_gsm8k). A run calls it before
+    any engine starts, rather than meet the error at its first GSM8K cell."""
+    splits = set()
+    for spec in map(WorkloadSpec.of, specs):
+        if spec.name == "gsm8k":
+            splits |= {"test", "train"} if spec.shots else {"test"}
+    for split in (s for s in ("test", "train") if s in splits):  # test: every one reads it
+        data.check_gsm8k(split, data_dir)
+
+
 def gsm8k_prompts(spec: WorkloadSpec, *, data_dir=None, **_) -> list[Prompt]:
     if spec.shots not in GSM8K_SHOTS:
         raise WorkloadError(f"workload 'gsm8k': shots {spec.shots}, expected one of {GSM8K_SHOTS}")

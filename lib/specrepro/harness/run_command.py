@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specrepro import provenance
+from specrepro.data import DataError
 from specrepro.harness.deadline import Archive, deadline_of, seconds_arg, zoned_time_arg
 from specrepro.harness.runner import EX_TEMPFAIL, chosen_arms, run_studies
 from specrepro.params import (
@@ -27,6 +28,7 @@ from specrepro.params import (
     standalone_suite,
 )
 from specrepro.results import ResultStore
+from specrepro.workloads import check_data
 
 
 def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[ResolvedStudy, Path, str]]:
@@ -130,7 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         no_gpu_here(args.params, [study for study, _, _ in plans], args.arm, args.engine)
-    except ParamsError as err:
+        # the data the chosen cells read, from its directory or the hub (asked once), before
+        # any engine starts: not a traceback at the first GSM8K cell
+        studies = [study for study, _, _ in plans]
+        check_data(c.workload for st, names in
+                   zip(studies, chosen_arms(studies, args.arm, args.engine), strict=True)
+                   for c in st.cells() if c.arm.name in names)
+    except (ParamsError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     stores = [(study, ResultStore(Path(args.results_dir) if args.results_dir else results_dir,
