@@ -112,7 +112,10 @@ def log_name(arm: ResolvedArm) -> str:
 
 
 def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
-                 placement: process.Placement | None = None) -> ArmEngine:
+                 placement: process.Placement | None = None,
+                 pid_dir: Path | None = None) -> ArmEngine:
+    """The arm's engine started (its pid file in pid_dir: lifecycle.engines_dir), or the
+    in-process peer loaded."""
     profile = arm.resolved
     if profile.engine == "transformers":
         from specrepro.harness.peer import TransformersPeer
@@ -120,7 +123,8 @@ def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
         return ArmEngine(arm, peer=TransformersPeer(profile, root).load(),
                          peer_placement=placement)
     return ArmEngine(arm, handle=engines.launch(profile, log_dir, profile.source, placement,
-                                                log_name=log_name(arm).removesuffix(".log")))
+                                                log_name=log_name(arm).removesuffix(".log"),
+                                                pid_dir=pid_dir))
 
 
 def session_placement(placements: dict[str, process.Placement]) -> dict:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from specrepro import speculative
-from specrepro.harness import promtext
+from specrepro.harness import lifecycle, promtext
 from specrepro.harness.flags import (
     FlagCheck,
     engine_cli,
@@ -66,7 +66,6 @@ from specrepro.harness.process import (
     http_json,
     parse_log,
     poll_ready,
-    port_open,
     read_version,
     startup_error,
     thread_affinity,
@@ -183,22 +182,22 @@ class EngineAdapter:
 
     # -- lifecycle
     def launch(self, profile: Profile, log_dir: str | Path, source: str | Path | None = None,
-               placement: Placement | None = None, log_name: str | None = None) -> EngineHandle:
-        """Start the engine and return once it is ready; on any failure nothing is left
-        running. A pinned placement puts the process on its engine CPUs (module docstring).
-        The log is `<log_dir>/<log_name or profile name>.log`, appended to."""
+               placement: Placement | None = None, log_name: str | None = None,
+               pid_dir: str | Path | None = None) -> EngineHandle:
+        """Start the engine, return once it is ready; nothing outlives a failure or its run
+        (lifecycle.py). The log is `<log_dir>/<log_name or profile name>.log`, appended to."""
         argv = self.render_argv(profile, source)
         pinned = placement is not None and placement.pinned
         if pinned and self.threads_flag and placement.threads is not None and not any(
                 flag_name(k) == self.threads_flag for k in profile.flags):
             argv += [self.threads_flag, str(placement.threads)]
         url = self.url(profile)
-        if port_open(profile.host, profile.port):
-            raise EngineError(f"profile {profile.name!r}: something already listens on "
-                              f"{profile.host}:{profile.port}; stop it or change the port")
-        log_dir = Path(log_dir)
+        log_dir, pid_dir = Path(log_dir), Path(pid_dir or Path(log_dir) / ".engines")
+        if taken := lifecycle.clear_port(profile.host, profile.port, pid_dir):
+            raise EngineError(f"profile {profile.name!r}: {taken}")
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{log_name or profile.name}.log"
+        env = {**os.environ, **profile.env, **lifecycle.marker_env(pid_dir, profile.port)}
         with log_path.open("ab") as log:
             offset = log.tell()  # appended to by every launch: this one's lines start here
             log.write(f"$ {' '.join(argv)}\n".encode())
@@ -206,11 +205,12 @@ class EngineAdapter:
             with thread_affinity(placement.engine_cpus if pinned else None):
                 process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, start_new_session=True,
-                                           env={**os.environ, **profile.env})
+                                           env=env)
         handle = EngineHandle(profile, self, url, process, log_path, argv,  # now live: stopped at exit
                               log_offset=offset)
         handle.placement = self.checked_placement(placement, process.pid)
         try:
+            handle.guard = lifecycle.guard(handle, pid_dir)
             self.wait_ready(handle, profile.ready_timeout_s)
             self.describe(handle)
         except BaseException:
@@ -534,9 +534,10 @@ class AttachAdapter(EngineAdapter):
 
     def launch(self, profile: Profile, log_dir: str | Path | None = None,
                source: str | Path | None = None,
-               placement: Placement | None = None, log_name: str | None = None) -> EngineHandle:
+               placement: Placement | None = None, log_name: str | None = None,
+               pid_dir: str | Path | None = None) -> EngineHandle:
         """Reach the running engine; placement is not this harness's to choose (the
-        runner records why)."""
+        runner records why), nor its lifetime."""
         handle = EngineHandle(profile, self, self.url(profile), placement=placement)
         probe = self.detect(handle.url, getattr(profile, "attached_engine", None))
         if probe is None:
@@ -600,6 +601,7 @@ def render_argv(profile: Profile, source: str | Path | None = None) -> list[str]
 
 
 def launch(profile: Profile, log_dir: str | Path, source: str | Path | None = None,
-           placement: Placement | None = None, log_name: str | None = None) -> EngineHandle:
+           placement: Placement | None = None, log_name: str | None = None,
+           pid_dir: str | Path | None = None) -> EngineHandle:
     """Start (or attach to) the profile's engine; use as `with launch(p, dir) as engine:`."""
-    return adapter_for(profile).launch(profile, log_dir, source, placement, log_name)
+    return adapter_for(profile).launch(profile, log_dir, source, placement, log_name, pid_dir)

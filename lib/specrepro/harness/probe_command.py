@@ -23,7 +23,7 @@ from pathlib import Path
 
 from specrepro import identity, results
 from specrepro.compaction import pack_log
-from specrepro.harness import engines, process
+from specrepro.harness import engines, lifecycle, process
 from specrepro.harness.arm_engine import log_name, placement_for, start_engine
 from specrepro.harness.loadgen import LoadGenerator
 from specrepro.harness.run_command import refuse_without_gpu, resolve
@@ -70,7 +70,8 @@ def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Pa
     log = store.logs_dir / log_name(probe)
     try:
         eng = start_engine(probe, store.logs_dir, root,
-                           placement_for(probe, study.placement, process.allowed_cpus()))
+                           placement_for(probe, study.placement, process.allowed_cpus()),
+                           lifecycle.engines_dir(store.root.parent.parent))
     except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
         record.update(answer=NO_START, error=str(err))
     else:

@@ -8,7 +8,9 @@ Design:
 - An engine runs in its own process group (started with `start_new_session=True`, so the
   leader's pid is the group id and the children it forks, vLLM's engine cores, carry it).
   `EngineHandle.stop()` sends SIGTERM to the group, waits, then SIGKILL; handles are
-  context managers and every live one is stopped at interpreter exit (atexit).
+  context managers and every live one is stopped at interpreter exit (atexit). What stops
+  the group when this process cannot (SIGKILL) is its `guard` (lifecycle.py: a watchdog
+  and a pid file), released once the group is gone.
 - The harness reaches engines over HTTP only (stdlib `urllib`: a few small blocking
   calls; the load generator has its own async client). Readiness and version go through
   an engine's `Routes` (its table is `engines.ROUTES`): readiness routes in order of
@@ -335,6 +337,7 @@ class EngineHandle:
     attached: str | None = None  # attach: the engine found behind the URL
     placement: Placement | None = None  # where the launched engine runs (plan_placement)
     log_offset: int = 0  # where this launch's lines begin: the log is appended to per run
+    guard: Any = None  # lifecycle.Guard: the watchdog and pid file of a launched engine
 
     def log_text(self) -> str:
         """This launch's part of the log (earlier launches' lines are never parsed as its
@@ -393,6 +396,8 @@ class EngineHandle:
         finally:
             _signal_group(pgid, signal.SIGKILL)
             proc.wait()
+            if self.guard is not None:
+                self.guard.release()
 
     def __enter__(self) -> Self:
         return self

@@ -5,11 +5,13 @@ study file into (study, results dir, run id) plans; `main` opens one store per s
 hands them all to `runner.run_studies` at once, so that studies whose arms resolve to the
 same profile share that engine's start (`runner.launch_groups`). It prints one line per
 study, each error, and what a deadline left; the exit status is the worst of the
-studies' (130 Ctrl-C, 1 failures, 75 cells left at a deadline, 0).
+studies' (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP: each stops the run as Ctrl-C does; 1
+failures, 75 cells left at a deadline, 0).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,7 +53,7 @@ def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[Resol
                                               f"(arms:), found keys {sorted(tree.data)}")])
 
 
-EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3}  # which of two exit statuses wins
+EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3, 129: 3, 143: 3}  # which of two statuses wins
 
 
 def no_gpu_here(params: str, studies: Sequence[ResolvedStudy], arms: Sequence[str],
@@ -163,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         code = max(code, summary.exit_code, key=EXIT_RANK.__getitem__)
     stopped = summaries[0].stopped if summaries else None
     if stopped == "ctrl-c":
-        print("interrupted: everything measured so far is kept; run again to resume",
-              file=sys.stderr)
-        return 130
+        by = summaries[0].signal
+        with contextlib.suppress(OSError):  # after a closed terminal's SIGHUP: nobody reads
+            print(f"interrupted{f' by {by}' if by else ''}: the engine is stopped, everything "
+                  "measured so far is kept; run again to resume", file=sys.stderr, flush=True)
+        return summaries[0].exit_code
     if stopped == "deadline":
         left = [f"{s.left} of {study.name}" for (study, _), s in zip(stores, summaries) if s.left]
         print(f"stopped before the deadline ({deadline.given}): cells left: "

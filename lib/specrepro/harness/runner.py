@@ -23,7 +23,10 @@ Design:
   goes on with the next arm. `/metrics` missing or counters that do not match what the
   client saw are warnings of the cell (`cells.py`). Ctrl-C records the current
   cell as `interrupted` with the requests that ended, stops the engine and ends the
-  session as interrupted; a second run resumes.
+  session as interrupted; a second run resumes. SIGTERM and SIGHUP take the same path
+  (`lifecycle.stop_signals`; the summary names the signal); SIGKILL leaves the engine to
+  its watchdog, and a stale engine to the next run (lifecycle.py, pid files in
+  `<results_dir>/.engines/`).
 - CPU placement (the study's `placement`, `process.plan_placement`): per arm, a launched
   engine and this process (the load generator) are pinned to disjoint CPU sets where the
   machine allows, for the arm's cells, and undone after; an attached engine or the
@@ -73,7 +76,7 @@ from tqdm import tqdm
 
 from specrepro import identity
 from specrepro.compaction import append_log, pack_log
-from specrepro.harness import engines, power, process, promtext
+from specrepro.harness import engines, lifecycle, power, process, promtext
 from specrepro.harness.arm_engine import (
     ArmEngine,
     known_version,
@@ -120,7 +123,8 @@ EX_TEMPFAIL = 75  # sysexits.h: a temporary failure; the user is invited to retr
 @dataclass
 class RunSummary:
     """What one run_study call did. `stopped`: "ctrl-c" or "deadline" where the run ended
-    early; `left`: the cells a deadline left unmeasured (what a resumed run measures)."""
+    early; `signal`: "SIGTERM" or "SIGHUP" where one stopped it as Ctrl-C does; `left`: the
+    cells a deadline left unmeasured (what a resumed run measures)."""
 
     ok: int = 0
     failed: int = 0
@@ -128,13 +132,15 @@ class RunSummary:
     skipped: int = 0
     errors: list[str] = field(default_factory=list)
     stopped: str | None = None
+    signal: str | None = None
     left: int = 0
 
     @property
     def exit_code(self) -> int:
-        """130 after Ctrl-C, 1 on failures, 75 where a deadline left cells, else 0."""
+        """130 after Ctrl-C (143 SIGTERM, 129 SIGHUP), 1 on failures, 75 where a deadline
+        left cells, else 0."""
         if self.stopped == "ctrl-c" or (self.interrupted and self.stopped is None):
-            return 130
+            return lifecycle.exit_status(self.signal)
         if self.failed or self.errors:
             return 1
         return EX_TEMPFAIL if self.stopped == "deadline" and self.left else 0
@@ -210,7 +216,9 @@ class _Run:
     def interrupted_why(self) -> str:
         if self.deadline is not None and self.deadline.fired:
             return f"stopped at the deadline ({self.deadline.given}) during the cell"
-        return "interrupted by the user (Ctrl-C) during the cell"
+        by = lifecycle.received()
+        return f"interrupted by {by} during the cell" if by else \
+            "interrupted by the user (Ctrl-C) during the cell"
 
     def save(self) -> None:
         """Rewrite the archive; a failure is an error of the run (the store keeps it all)."""
@@ -268,7 +276,7 @@ def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
                  set() if fresh else store.completed_cell_ids(), deadline, archive, names,
                  cell_s, start_s)
             for (study, store), names in zip(plans, chosen)]
-    with ctrl_c_raises():
+    with ctrl_c_raises(), lifecycle.stop_signals():
         _run_all(ctxs, Path(root), command)
     return [ctx.summary for ctx in ctxs]
 
@@ -360,11 +368,14 @@ def _run_all(ctxs: Sequence[_Run], root: Path, command: list[str] | None) -> Non
         deadline = ctxs[0].deadline
         stopped = "deadline" if deadline and deadline.fired else "ctrl-c"
     finally:
-        ctxs[0].bar.close()
-        for ctx in ctxs:
-            ctx.summary.stopped = stopped
-            end_run(ctx)
-        ctxs[0].save()
+        with lifecycle.shielded():  # the engines are stopped: a stop signal now ends nothing
+            with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) fails its writes
+                ctxs[0].bar.close()
+            for ctx in ctxs:
+                ctx.summary.stopped = stopped
+                ctx.summary.signal = lifecycle.received() if stopped == "ctrl-c" else None
+                end_run(ctx)
+            ctxs[0].save()
 
 
 def end_run(ctx: _Run) -> None:
@@ -381,7 +392,8 @@ def end_run(ctx: _Run) -> None:
     ctx.store.update_session(summary={"ok": summary.ok, "failed": summary.failed,
                                       "skipped": summary.skipped,
                                       "interrupted": summary.interrupted,
-                                      "stopped": summary.stopped, "left": summary.left,
+                                      "stopped": summary.stopped, "signal": summary.signal,
+                                      "left": summary.left,
                                       "errors": summary.errors})
     ctx.store.end_session(status)
 
@@ -412,7 +424,8 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
     try:
         with first.armed():
             eng = start_engine(arm0, first.store.logs_dir, root,
-                               placement_for(arm0, first.study.placement, cpus))
+                               placement_for(arm0, first.study.placement, cpus),
+                               lifecycle.engines_dir(first.store.root.parent.parent))
     except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
         failed_log = first.store.logs_dir / log_name(arm0)
         if failed_log.is_file():  # its tail is in the error; the whole log stays, gzipped
