@@ -296,5 +296,12 @@ def test_compile_scope_layer_compiles_each_decoder_layer_and_keeps_the_outputs(t
     # the step is not compiled a second time around the compiled layers, names unchanged
     assert eng._decode_step.compiled is None and eng._forward.fn is eng.model
     assert list(eng.model.state_dict()) == list(ref.model.state_dict())
+    # warmed up (two prompt lengths), a new length compiles nothing and the counters are zero
+    eng.warm_up()
+    assert eng.stats.generation_tokens == 0 and eng.stats.num_steps == 0
+    assert len(eng.free_slots) == eng.config.max_num_seqs and not eng.running
+    from torch._dynamo.utils import counters
+    graphs = counters["stats"]["unique_graphs"]
     p = prompts(1, seed=3, lo=6, hi=7)
     assert eng.generate(p, max_tokens=6) == ref.generate(p, max_tokens=6)
+    assert counters["stats"]["unique_graphs"] == graphs

@@ -594,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot start the engine: %s", exc)
         return 2
     log_engine(engine, args)
+    if args.compile:  # compile before ready, never inside a client's timed window
+        log.info("warm-up (torch.compile of every request path) took %.1f s",
+                 engine.warm_up())
     spec = args.speculative_config or {}
     spec_tokens = (int(spec.get("num_speculative_tokens") or 0)
                    if args.per_request_spec_decode_metrics != "none" else None)
