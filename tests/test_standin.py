@@ -338,3 +338,26 @@ def test_the_h200_bench_plan_names_shipped_profiles_and_its_own_servers():
             assert "standin" in prof.model.id or prof.model.id == "models/embedded", prof.name
         for cell in phase["cells"]:
             assert cell["server"] in phase["servers"] and cell["kind"] in ("speed", "accept")
+
+
+def test_the_bench_runs_where_polars_is_absent():
+    """scripts/bench_standin.py runs in an engine bundle's Python on the GPU machine, which has
+    no polars: the harness modules it imports must not pull the results store in."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'polars': raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from specrepro.harness import cells, promtext\n"
+        "from specrepro.harness.loadgen import LoadConfig, LoadGenerator\n"
+        "from specrepro.harness.engines import launch\n"
+        "from specrepro.params.resolve import load_profile\n"
+        "from specrepro.workloads import build_workload\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
+    assert r.returncode == 0, r.stderr[-2000:]
