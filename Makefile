@@ -13,6 +13,7 @@ export SPECREPRO_DATA_DIR ?= $(abspath ../shared/data)
 # The venv is rebuilt when the project's dependencies change, not when the
 # package's code does (it is installed editable).
 $(STAMP): pyproject.toml
+	@echo "creating $(VENV): pip installs CPU PyTorch 2.13.0 and the project's dependencies quietly (about 3 minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# CPU PyTorch first, so that nothing below pulls a multi-GB CUDA build.
@@ -22,6 +23,19 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# `make test` is what CI runs (.ci/run calls it and sets nothing of its own): the articles' text
+# from ../shared/seeds where it exists (the published-text tests; without it they are one skip),
+# no hub (the data come from SPECREPRO_DATA_DIR), and CI=1, under which the report-rendering
+# tests fail rather than skip when Chromium is missing (`make test CI=` skips them instead).
+# Each is a default: a variable set in the environment or on the command line wins.
+SEEDS_DIR := $(wildcard $(abspath ../shared/seeds))
+ifneq ($(SEEDS_DIR),)
+test: export SPECREPRO_SEEDS_DIR ?= $(SEEDS_DIR)
+endif
+test: export HF_HUB_OFFLINE ?= 1
+test: export HF_DATASETS_OFFLINE ?= 1
+test: export TOKENIZERS_PARALLELISM ?= false
+test: export CI ?= 1
 test: $(STAMP)
 	$(PY) -m pytest -q
 
@@ -57,6 +71,7 @@ MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1) --output-sync=target
 DRAFTERS := build/engine-drafters/.exported
 $(DRAFTERS): $(wildcard models/embedded/*/*.safetensors models/embedded/*/*.json) \
 		lib/specrepro/embedded/export.py $(STAMP)
+	@echo "exporting the drafters into build/engine-drafters/ (the GPU suites' cells name their bytes; about 10 s, again only when models/embedded changes)"
 	$(PY) -m specrepro.cli export-drafters --engine all
 	@touch $@
 
@@ -65,6 +80,7 @@ $(DRAFTERS): $(wildcard models/embedded/*/*.safetensors models/embedded/*/*.json
 NVFP4 := build/.nvfp4-target.exported
 $(NVFP4): $(wildcard models/embedded/*.safetensors models/embedded/*.json) \
 		lib/specrepro/embedded/export_nvfp4.py $(STAMP)
+	@echo "exporting the NVFP4 target into build/nvfp4-target/ (the H200 suite's notebook 03 names its bytes; about 10 s, again only when models/embedded changes)"
 	$(PY) -m specrepro.cli export-nvfp4 --out build/nvfp4-target
 	@touch $@
 

@@ -21,7 +21,7 @@ SEEDS = os.environ.get("SPECREPRO_SEEDS_DIR")
 if not SEEDS:
     pytest.skip(
         "SPECREPRO_SEEDS_DIR is unset: the articles' text is not part of the project "
-        "(.ci/run points it at ../shared/seeds)",
+        "(`make test` points it at ../shared/seeds where that exists)",
         allow_module_level=True,
     )
 

@@ -9,7 +9,7 @@ The checks run in the page (`CHECK_JS`, on load) on a copy of it in a temporary 
 nothing is written beside the reports. `page_problems` returns what is wrong, in words; the
 constructed-report tests show it finds a missing image, a visible code input, no summary and
 an empty verdict. Chromium's tests are marked `chromium`: without it they skip, except under
-CI=1 (.ci/run), where they fail."""
+CI=1 (`make test` sets it, and so .ci/run), where they fail."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ WIDTH = 1400  # the reviewer's window
 def chromium():
     if CHROMIUM is None:
         if os.environ.get("CI"):
-            pytest.fail("chromium is missing in CI (.ci/run installs Debian's chromium)")
+            pytest.fail("chromium is missing and CI is set (`make test` sets CI=1; .ci/run "
+                        "installs Debian's chromium): apt-get install -y chromium, or "
+                        "`make test CI=` to skip the rendering tests")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     return CHROMIUM
 
