@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from specrepro import metrics
-from specrepro.analysis import tables
+from specrepro.analysis import substitute_gates, tables
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding, declared_cells, devices
 from specrepro.analysis.gates import evaluate_gate
@@ -525,12 +525,13 @@ def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[Ch
         outcome = ("not testable here" if unchanged else  # an unchanged drafter: see why
                    {"pass": "holds", "fail": "does not hold"}.get(row["result"],
                                                                   "not testable here"))
-        value = "n/a" if row["value"] is None else _num(row["value"], gate.unit or "")
-        out.append(CheckResult(
-            f"substitute (this suite's gate): {gate.name}", outcome, substitute=True,
-            article=gate.published or "", measured=value, reason=unchanged,
-            rule=f"{gate.metric} {gate.op} {gate.threshold:g} {gate.unit or ''}".strip()
-            + (f" against {gate.reference_arm}" if gate.reference_arm else "")))
+        # its own rule and value, and beside it the article's figure at the same metric and
+        # level (analysis/substitute_gates.py), never the article's gate as if it were that
+        temps = f.cells.filter((pl.col("arm") == gate.arm) & (pl.col("workload") == gate.workload)
+                               )["temperature"].drop_nulls().unique().to_list()
+        text = substitute_gates.describe(claims, gate, row, temps[0] if len(temps) == 1 else None)
+        out.append(CheckResult(text["claim"], outcome, substitute=True, article=text["article"],
+                               measured=text["measured"], reason=unchanged, rule=text["rule"]))
     return out
 
 
