@@ -32,7 +32,7 @@ from typing import ClassVar
 
 import pytest
 
-READY = re.compile(r"Starting vLLM server on (http://\S+)")
+READY = re.compile(r"Starting specrepro embedded server on (http://\S+)")
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 

@@ -2,6 +2,9 @@
 client, vLLM's metric names, its error JSON, stop strings and disconnects."""
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -62,7 +65,8 @@ def test_plain_endpoints(embedded_server, model):
         text = log.read_text()  # stderr, and --log-file
         assert "KV cache size: 4,096 tokens, Maximum concurrency for 512 tokens per request: " \
             "8.00x" in text
-        assert f"Starting vLLM server on {embedded_server}" in text
+        assert f"Starting specrepro embedded server on {embedded_server}" in text
+        assert "vLLM server" not in text  # it names itself, not the engine it imitates
     m = scrape(embedded_server)
     info = [k for k in m if k.startswith("vllm:cache_config_info")]
     assert len(info) == 1 and "kv_cache_size_tokens=4096" in info[0]
@@ -245,3 +249,23 @@ def test_command_line(tmp_path):
         build_parser().parse_args(["--model", "m", "--speculative-config", "[1]"])
     # a checkpoint that is not there: a clear error and exit status 2, no traceback
     assert main(["--model", str(tmp_path / "missing")]) == 2
+
+
+def test_busy_port_is_one_line_before_the_model_loads(tmp_path):
+    """`specrepro serve` on a port something listens on: one line naming the listener, exit 2,
+    and no model loaded (the checkpoint named does not exist: it would fail otherwise)."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "specrepro.cli", "serve", "--model", str(tmp_path / "none"),
+             "--port", str(port)], capture_output=True, text=True, timeout=120,
+            check=False)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in lines[0]
+    assert f"pid {os.getpid()}" in lines[0]  # the listener named: this test's process

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import errno
 import json
 import logging
 import queue
@@ -576,7 +577,8 @@ async def serve(server: Server, host: str, port: int, stop: asyncio.Event) -> No
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1] if port == 0 else port
-    log.info("Starting vLLM server on http://%s:%d", host, bound)
+    # it names itself (vLLM prints "Starting vLLM server on ..." at this point)
+    log.info("Starting specrepro embedded server on http://%s:%d", host, bound)
     try:
         await stop.wait()
     finally:
@@ -584,9 +586,41 @@ async def serve(server: Server, host: str, port: int, stop: asyncio.Event) -> No
         await runner.cleanup()
 
 
+def port_taken(host: str, port: int) -> str | None:
+    """Why host:port cannot be listened on, in one line naming the listener where this user
+    can see it; None where it can (port 0: any free one). Checked before the model loads, so
+    a busy port costs no start; the bind itself is checked too (a listener may come between)."""
+    if port == 0:
+        return None
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server does
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return _busy(host, port, exc)
+    return None
+
+
+def _busy(host: str, port: int, exc: OSError) -> str:
+    why = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    try:  # who listens (pid, command line, user), as `specrepro run` names it
+        from specrepro.harness.lifecycle import holder
+
+        why += f"; {holder(port)}"
+    except Exception:  # noqa: BLE001 - naming the listener is a courtesy, never a new failure
+        why += "; stop what listens there or pass another --port"
+    return " ".join(why.split())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_file)
+    if problem := port_taken(args.host, args.port):
+        log.error("%s", problem)
+        return 2
     log.info("specrepro embedded engine %s, args: %s", VERSION, vars(args))
     try:
         engine = build_engine(args)
@@ -615,7 +649,13 @@ def main(argv: list[str] | None = None) -> int:
             loop.add_signal_handler(sig, stop.set)
         await serve(server, args.host, args.port, stop)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except OSError as exc:  # the port taken after the check above: one line, not a traceback
+        if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        log.error("%s", _busy(args.host, args.port, exc))
+        return 2
     return 0
 
 
