@@ -47,6 +47,9 @@ class FakeNVML(types.ModuleType):
     def nvmlDeviceGetMemoryInfo(self, h):
         return types.SimpleNamespace(used=(1024 + 512 * (time.monotonic() > self.t0)) * 2**20)
 
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return types.SimpleNamespace(gpu=40, memory=10)
+
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
         if not self.energy_counter:
             raise self.NVMLError("Not Supported")
@@ -77,6 +80,7 @@ def test_energy_from_counter_or_integrated_power(monkeypatch, counter):
     assert rep.energy_j == pytest.approx(150 * rep.duration_s, rel=0.15)
     assert rep.power_w_mean == pytest.approx(150, rel=0.15)
     assert rep.peak_mem_mib == 1536 and rep.n_samples >= 4
+    assert rep.busy_share == pytest.approx(0.40) and rep.busy_source == "nvml_utilization"
     assert fake.shutdowns == 1
 
 
@@ -97,3 +101,23 @@ def test_peak_rss_of_a_child_process_tree():
 def test_trapezoid_needs_two_samples():
     assert power._trapezoid([(0.0, 100.0)]) is None
     assert power._trapezoid([(0.0, 100.0), (2.0, 200.0)]) == 300.0
+
+
+def test_busy_share_on_the_cpu_is_the_engine_trees_cpu_time(monkeypatch):
+    """Without NVML the busy share is the engine process tree's CPU seconds over the wall
+    seconds: a spinning engine near 1, a sleeping one near 0 (the host-bound rule's input)."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    shares = {}
+    for name, code in (("spin", "while True: pass"), ("sleep", "import time; time.sleep(60)")):
+        proc = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            time.sleep(0.3)  # past the interpreter's start
+            sampler = power.PowerSampler(interval_s=0.1, pid=proc.pid).start()
+            time.sleep(0.8)
+            rep = sampler.stop()
+        finally:
+            proc.kill()
+            proc.wait()
+        assert rep.busy_source == "engine_cpu_time"
+        shares[name] = rep.busy_share
+    assert shares["spin"] > 0.5 and shares["sleep"] < 0.1, shares

@@ -11,6 +11,12 @@ Design:
 - Without NVML (no library, no driver, no device) the sampler is off: every GPU figure is
   None (never 0) and `note` says why ("no NVML device: power not measured"); the runner puts
   the note in the manifest.
+- How busy the device was (`busy_share`, 0-1): on a GPU the mean of NVML's utilization
+  (`nvmlDeviceGetUtilizationRates().gpu`: the share of the last sample period in which a
+  kernel ran) over the samples, averaged over the watched GPUs; without NVML, the engine
+  process tree's CPU seconds over the span's wall seconds (capped at 1: the embedded engine
+  runs one torch thread on the CPU). A decode step that leaves the device mostly idle is
+  measured on host overhead, and the verdicts say so (analysis/host_bound.py).
 - The resident memory (RSS) of the engine's process tree is sampled too (psutil), for the
   CPU case: the embedded engine's FP8-drafter gate uses peak resident memory. Where Linux
   exposes it, the kernel's own high-water mark (`VmHWM` in /proc/<pid>/status) is used, which
@@ -43,6 +49,8 @@ class PowerReport:
     mem_used_mib: float | None = None  # GPU memory used at the last sample
     peak_rss_mib: float | None = None  # engine process tree: kernel high-water mark or samples
     duration_s: float | None = None
+    busy_share: float | None = None  # 0-1: GPU utilization, or the engine's CPU share
+    busy_source: str | None = None  # "nvml_utilization" | "engine_cpu_time" | None
     n_samples: int = 0
     note: str | None = None
     devices: list[str] = field(default_factory=list)
@@ -89,6 +97,24 @@ def process_tree_rss(pid: int) -> int | None:
     return total
 
 
+def process_tree_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process and its children (None if it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total, found = 0.0, False
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+        found = True
+    return total if found else None
+
+
 def peak_rss_hwm(pid: int) -> int | None:
     """Sum of the kernel's peak-RSS marks (VmHWM) over a process tree; None off Linux."""
     try:
@@ -119,6 +145,8 @@ class PowerSampler:
         self._handles: list = []
         self._samples: list[tuple[float, float | None, float | None]] = []  # (t, W, MiB)
         self._rss_peak: int | None = None
+        self._util: list[float] = []  # NVML utilization per sample, mean over devices (%)
+        self._cpu0: float | None = None  # the engine tree's CPU seconds at start
         self._energy0: float | None = None
         self._t0 = self._t1 = 0.0
         self._stop = threading.Event()
@@ -136,6 +164,7 @@ class PowerSampler:
                 nv.nvmlDeviceGetCount())
             self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in ids]
             self._energy0 = self._energy_mj()
+        self._cpu0 = process_tree_cpu_s(self.pid) if self.pid is not None else None
         self._t0 = time.monotonic()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="power-sampler", daemon=True)
@@ -172,6 +201,11 @@ class PowerSampler:
                 mib = sum(nv.nvmlDeviceGetMemoryInfo(h).used for h in self._handles) / MIB
             except nv.NVMLError:
                 mib = None
+            try:
+                util = [nv.nvmlDeviceGetUtilizationRates(h).gpu for h in self._handles]
+                self._util.append(sum(util) / len(util))
+            except (nv.NVMLError, ZeroDivisionError):
+                pass
         self._samples.append((time.monotonic(), watts, mib))
         if self.pid is not None:
             rss = process_tree_rss(self.pid)
@@ -195,7 +229,14 @@ class PowerSampler:
             peak = max(hwm or 0, self._rss_peak or 0)
             rep.peak_rss_mib = peak / MIB if peak else None
         if self._nv is None:
+            cpu1 = process_tree_cpu_s(self.pid) if self.pid is not None else None
+            if self._cpu0 is not None and cpu1 is not None and rep.duration_s:
+                rep.busy_share = min(1.0, max(0.0, (cpu1 - self._cpu0) / rep.duration_s))
+                rep.busy_source = "engine_cpu_time"
             return rep
+        if self._util:
+            rep.busy_share = sum(self._util) / len(self._util) / 100.0
+            rep.busy_source = "nvml_utilization"
         nv = self._nv
         rep.devices = [_name(nv, h) for h in self._handles]
         watts = [(t, w) for t, w, _ in self._samples if w is not None]

@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from specrepro.params.errors import Expect, Problem, _duplicates, _one_of
+from specrepro.params.substrate import Substrate
 from specrepro.params.tree import Tree
 from specrepro.speculative import METHODS, check_schedule, draft_tokens_at
 
@@ -274,6 +275,10 @@ class Arm(Strict):
     profile: str  # a profile file's name, without .yaml
     overrides: dict[str, JsonValue] = Field(default_factory=dict)
     label: str | None = None
+    # An A/A twin: this arm is the named arm again (same profile and overrides), measured as
+    # cells of its own, so the difference between the two is the suite's own noise at each
+    # level (analysis/noise.py); it is never a finding's arm.
+    noise_of: str | None = None
 
 
 class Probe(Arm):
@@ -400,6 +405,18 @@ class Study(Strict):
             out += [(("workloads", i, *p), m) for p, m in w.cross_checks()]
         if self.baseline is not None and self.baseline not in arms:
             out.append((("baseline",), _one_of("an arm name", arms, self.baseline)))
+        for i, a in enumerate(self.arms):
+            if a.noise_of is None:
+                continue
+            twin = next((b for b in self.arms if b.name == a.noise_of and b is not a), None)
+            if twin is None:
+                out.append((("arms", i, "noise_of"), _one_of("another arm's name", arms,
+                                                              a.noise_of)))
+            elif (twin.profile, twin.overrides) != (a.profile, a.overrides):
+                out.append((("arms", i, "noise_of"),
+                            f"an A/A twin runs its arm's profile and overrides: expected "
+                            f"profile {twin.profile!r} with {twin.overrides or 'no overrides'}"
+                            f", found {a.profile!r} with {a.overrides or 'no overrides'}"))
         if self.seeds is not None and len(self.seeds) != self.repeats:
             out.append(
                 (
@@ -535,6 +552,7 @@ class Suite(Strict):
     profiles: str = "profiles"  # directory of profile files, relative to the suite file
     profile_map: dict[str, str] = Field(default_factory=dict)  # for every notebook
     notebooks: dict[Literal[NOTEBOOK_IDS], NotebookBinding]  # type: ignore[valid-type]
+    substrate: Substrate | None = None  # what its numbers are measured on
     # Studies no notebook renders (a benchmark such as acceptance parity between engines):
     # bound like a notebook's, run only when named (`specrepro run SUITE --study ID`), and
     # never part of `make all`. Their ids must differ from the notebooks'.

@@ -1,0 +1,118 @@
+"""The host-bound rule: a speed, step or energy check whose baseline left the device mostly
+idle is not testable here, and the substrate line every report opens with.
+
+Design:
+- The articles' findings about speed are about a decode step that reads a 27B model's
+  weights: the GPU is busy for nearly all of it. A target of 22 MB leaves an H200 95-98 %
+  idle (docs/bench/profile-h200-*), so its step, throughput and joules measure the engine's
+  host code. Such a check is "not testable here: host-bound (GPU n % busy)", never "does
+  not hold".
+- How busy an arm's device was, by precedence:
+  1. the mean `busy_share` of the arm's cells at the check's level (every level when the
+     check names none): recorded per cell since 2026-12-04 (harness/power.py: NVML
+     utilization on a GPU, the engine's CPU share on the CPU);
+  2. the suite's `substrate.busy` for the arm's engine: a profile of one decode window,
+     with the file that measured it (params/substrate.py);
+  3. unknown: the rule does not apply, and the substrate line says it was not measured.
+- `THRESHOLD` (0.70): the issue's rule. The stand-in's engines run at 93-100 % at one stream
+  and the small target's at 2-40 %, so no measured arm sits near it.
+- Only throughput, step time, power and energy are host-bound (`SPEED_METRICS`): tokens per
+  step, accuracy and memory capacity do not depend on how busy the device was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from specrepro.analysis.finding import Finding, devices
+
+THRESHOLD = 0.70
+SPEED_METRICS = frozenset({"agg_tok_s", "per_stream_tok_s", "agg_tok_s_change_pct", "step_ms",
+                           "tokens_per_joule", "power_w_mean", "energy_j"})
+ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang", "embedded": "the embedded engine",
+                "transformers": "transformers"}
+
+
+@dataclass(frozen=True)
+class Busy:
+    share: float  # 0-1
+    device: str   # "GPU" | "CPU"
+    where: str    # how it was measured
+
+    def text(self) -> str:
+        return f"{self.device} {self.share:.0%} busy ({self.where})"
+
+
+def _engine(f: Finding, arm: str) -> str | None:
+    for a in f.study.arms:
+        if a.name == arm:
+            p = a.resolved
+            return p.attached_engine if p.engine == "attach" else p.engine
+    return None
+
+
+def busy(f: Finding, arm: str, level: int | None = None) -> Busy | None:
+    """How busy the device was while `arm` ran (at `level` streams, else over its cells)."""
+    cells = f.cells.filter(pl.col("arm") == arm) if "arm" in f.cells.columns else f.cells
+    if level is not None and "concurrency" in cells.columns:
+        cells = cells.filter(pl.col("concurrency") == level)
+    if "busy_share" in cells.columns:
+        got = cells.filter(pl.col("busy_share").is_not_null())
+        if got.height:
+            cpu = "engine_cpu_time" in set(got["busy_source"].drop_nulls().to_list())
+            where = (f"{'the engine CPU share' if cpu else 'NVML utilization'} over "
+                     f"{got.height} cell{'s' if got.height != 1 else ''}")
+            return Busy(float(got["busy_share"].mean()), "CPU" if cpu else "GPU", where)
+    sub = f.suite.substrate
+    engine = _engine(f, arm)
+    if sub is not None and engine in sub.busy:
+        b = sub.busy[engine]
+        device = "GPU" if "cuda" in devices(f.study, [arm]) else "CPU"
+        return Busy(b.share, device, f"profiled: {b.at}, {b.source}".replace(", ,", ","))
+    return None
+
+
+def reason(f: Finding, metric: str, arm: str, level: int | None = None) -> str | None:
+    """Why a check of `metric` against baseline `arm` is not testable here, or None."""
+    if metric not in SPEED_METRICS:
+        return None
+    b = busy(f, arm, level)
+    if b is None or b.share >= THRESHOLD:
+        return None
+    return (f"host-bound ({b.device} {b.share:.0%} busy while {arm!r} ran: {b.where}); a "
+            f"step timed on host work says nothing of the articles' weight-read-bound one "
+            f"(speed, step and energy checks need the device at least {THRESHOLD:.0%} busy)")
+
+
+def host_bound_arms(f: Finding) -> list[tuple[str, Busy]]:
+    """The study's arms whose device was below the threshold, with how busy."""
+    out = []
+    for a in f.study.arms:
+        b = busy(f, a.name)
+        if b is not None and b.share < THRESHOLD:
+            out.append((a.name, b))
+    return out
+
+
+def substrate_line(f: Finding) -> str:
+    """One line: what the numbers are measured on and how busy its device was."""
+    sub = f.suite.substrate
+    head = sub.summary.strip() if sub is not None else (
+        f"suite {f.suite.name!r} states no substrate (params file `substrate:`)")
+    seen: dict[str, Busy] = {}
+    for a in f.study.arms:
+        b = busy(f, a.name)
+        engine = ENGINE_WORDS.get(_engine(f, a.name) or "", a.name)
+        if b is not None and engine not in seen:
+            seen[engine] = b
+    if seen:
+        parts = "; ".join(f"{e}: {b.text()}" for e, b in seen.items())
+        verdict = ("speed, step and energy checks are not testable here (host-bound)"
+                   if any(b.share < THRESHOLD for b in seen.values()) else
+                   "busy enough for speed checks")
+        tail = f" Busy share: {parts}; below {THRESHOLD:.0%}, {verdict}."
+    else:
+        tail = " Busy share: not measured for these cells."
+    return head.rstrip(".") + "." + tail

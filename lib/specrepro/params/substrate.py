@@ -1,0 +1,41 @@
+"""What a suite's numbers are measured on: the `substrate:` block of a suite file.
+
+Design: a suite states, in words a reader checks against the card, the model's bytes and the
+bytes a decode step reads against the card's bandwidth (`summary`, shown on the first screen
+of every report), and, by engine, the device's busy share where it was measured outside the
+cells (a profile of one decode window: `busy`). Cells measured since 2026-12-04 carry their
+own `busy_share` (harness/power.py), which wins; the host-bound rule that reads both is
+analysis/host_bound.py.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class BusyShare(_Strict):
+    """How busy the device was while an engine decoded, measured outside the cells (a
+    profile of one decode window), for stored cells that carry no `busy_share` of their own:
+    the share (0-1) and the file in this repository that measured it."""
+
+    share: float = Field(ge=0, le=1)
+    source: str  # a file under the repository root (docs/bench/...)
+    at: str = ""  # what was measured: arm, streams
+
+
+class Substrate(_Strict):
+    """What a suite's numbers are measured on, in the words the report's first screen shows
+    (model bytes, bytes read per step against the card's bandwidth), and the busy shares
+    measured outside the cells by engine (the host-bound rule: analysis/host_bound.py)."""
+
+    summary: str
+    busy: dict[Literal["vllm", "sglang", "embedded", "transformers"], BusyShare] = Field(
+        default_factory=dict)
+
+
