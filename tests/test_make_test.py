@@ -43,7 +43,7 @@ def run_test_target(tmp_path: Path, seeds: bool, extra_env: dict | None = None,
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
     env.update(extra_env or {})
     done = subprocess.run(["make", "-s", "test", f"PY={fake}", *args], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert (out.parent / "env.txt.argv").read_text().split() == ["-m", "pytest", "-q"]
     got = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
@@ -75,7 +75,7 @@ def test_the_environment_and_command_line_win(tmp_path):
 
 def readme_test_command() -> str:
     """The README's test command: the `make test` line of its first shell block."""
-    block = re.search(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    block = re.search(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL).group(1)
     lines = [line.split("#")[0].strip() for line in block.splitlines()]
     tests = [line for line in lines if "test" in line]
     assert len(tests) == 1, tests

@@ -50,10 +50,11 @@ def summary_output(nb: str, outcome: str = "holds", checks: int = 2, verdicts: b
     trs = "".join(
         f"<tr class='check' data-outcome='{c['outcome']}'><td>{c['claim']}</td>"
         f"<td>{c['article']}</td><td>{c['measured']}</td><td>{c['ratio']}</td>"
-        f"<td class='verdict'>{(c['outcome'] + ' ' + c['symbol']) if verdicts else ''}</td>"
+        f"<td class='noise'>±3.0% (run-to-run 3.0%)</td><td class='verdict'>{(c['outcome'] + ' ' + c['symbol']) if verdicts else ''}</td>"
         f"<td>{c['rule']}</td></tr>" for c in rows)
     table = ("<table id='summary' class='specrepro summary'><thead><tr><th>claim</th>"
-             "<th>article</th><th>measured</th><th>ratio</th><th>verdict</th><th>rule</th>"
+             "<th>article</th><th>measured</th><th>ratio</th><th>Noise</th><th>verdict</th>"
+             "<th>rule</th>"
              f"</tr></thead><tbody>{trs}</tbody></table>")
     return nbformat.v4.new_output("display_data", {"text/html": table, "text/plain": "summary"},
                                   metadata={"specrepro": {"summary": summary}})
@@ -77,7 +78,9 @@ def constructed_notebook(nb: str, *, summary=True, figures=("throughput",), para
     injected.metadata["tags"] = ["injected-parameters"]
     header = nbformat.v4.new_code_cell("sa.show_header(finding, claims)  # CODE-CELL")
     header.outputs = [nbformat.v4.new_output("display_data",
-                                             {"text/markdown": "## HEADER-OUTPUT"})]
+                                             {"text/markdown": "**Substrate:** the embedded "
+                                              "11M target on a constructed machine, busy share "
+                                              "not measured.\n\n## HEADER-OUTPUT"})]
     if summary:
         header.outputs.append(summary_output(nb, outcome, verdicts=verdicts))
     table = nbformat.v4.new_code_cell("sa.show_table(cells)  # CODE-CELL")
@@ -157,6 +160,60 @@ def test_the_index_has_every_claim_its_values_and_a_verdict_in_word_and_symbol(t
     assert "CPU TEST-CPU (2 threads)" in page and "DGX Spark GB10" in page
     git = provenance.git_state()
     assert "UTC from commit " + (git["commit"] or "no commit")[:12] in page
+
+
+def column_notes(page: str) -> dict[str, list[tuple[str, str | None]]]:
+    """Per table of the page (its id or first class): each header's column and the text of
+    its note in the table's caption (None where it has none)."""
+    import html
+    import re
+
+    out = {}
+    for table in re.findall(r"<table\b.*?</table>", page, re.DOTALL):
+        tag = re.match(r"<table([^>]*)>", table).group(1)
+        name = (re.search(r"id='([^']+)'", tag) or re.search(r"class='([^']+)'", tag)).group(1)
+        caption = re.search(r"<caption[^>]*>(.*?)</caption>", table, re.DOTALL)
+        notes = dict(re.findall(r"<span class='col-note' data-column='([^']+)'>(.*?)</span>",
+                                caption.group(1) if caption else ""))
+        head = re.search(r"<thead>(.*?)</thead>", table, re.DOTALL).group(1)
+        cols = re.findall(r"<th data-column='([^']+)'", head)
+        assert len(cols) == head.count("<th"), f"{name}: a header without data-column"
+        out[name] = [(html.unescape(c), notes.get(c) and html.unescape(
+            re.sub(r"^<b>.*?</b>: ", "", notes[c]))) for c in cols]
+    return out
+
+
+def test_every_column_of_the_index_has_its_note_above_the_table(tmp_path):
+    reports = reports_folder(tmp_path)
+    page = report.write_index(reports).read_text()
+    notes = column_notes(page)
+    assert {"summary", "substrates"} <= set(notes)
+    missing = [(t, c) for t, cols in notes.items() for c, note in cols if not note]
+    assert missing == []
+    summary = dict(notes["summary"])
+    assert list(summary) == [n for n, _, _ in report.COLUMNS]
+    # the ratio is said in words: what it divides, and how to read it
+    assert "ratio" not in summary
+    assert "the measured effect divided by the article's: 1 as large" in summary[
+        "measured ÷ article"]
+    assert "this suite's own gate" in summary["check"]
+    # a note the renderer drops is found: the test can fail
+    dropped = page.replace("<span class='col-note' data-column='verdict'>", "<span>", 1)
+    assert ("summary", "verdict") in [(t, c) for t, cols in column_notes(dropped).items()
+                                      for c, note in cols if not note]
+
+
+def test_the_shared_arm_tables_explain_each_column():
+    arm = arms_across.SharedArm(
+        {"engine": "vllm 0.26.0", "speculation": "none", "quantization": "target none",
+         "workload": "essays (completion), 8 prompts x 48 tokens", "load": "1 stream, T=0"},
+        {"04_engine_comparison": ("a", "A", {"agg_tok_s": [10.0, 11.0], "acceptance_length": []}),
+         "06_draft_schedule_under_load": ("b", "B", {"agg_tok_s": [12.0],
+                                                      "acceptance_length": []})})
+    notes = column_notes(arms_across.render_tables([arm]))
+    assert list(notes) == ["specrepro arms"]
+    assert [c for c, n in notes["specrepro arms"] if not n] == []
+    assert dict(notes["specrepro arms"])["load"] == "concurrent streams and temperature"
 
 
 def test_the_index_writes_its_figures_inside_the_reports_folder(tmp_path):

@@ -74,6 +74,18 @@ window.addEventListener('load', () => setTimeout(() => {
     rows: [...sub.tBodies[0].rows].map(tr => [...tr.querySelectorAll('td.verdict, td.na')]
       .map(td => td.classList.contains('na') ? 'not measured' : (td.dataset.outcome || ''))),
     fits: sub.getBoundingClientRect().right <= window.innerWidth + 1} : null;
+  // every column header and whether its note (a .col-note of the same data-column in the
+  // table's caption) is laid out with text: [table id or class, column, shown]
+  r.columns = [...document.querySelectorAll('table')].flatMap(tb => {
+    const head = tb.tHead ? tb.tHead.rows[0] : null;
+    if (!head) return [];
+    const notes = [...tb.querySelectorAll('caption .col-note')];
+    return [...head.cells].map(th => {
+      const key = th.dataset.column || text(th);
+      const note = notes.find(n => n.dataset.column === key);
+      return [tb.id || tb.className, key, !!note && shown(note) && text(note).length > key.length + 2];
+    });
+  });
   r.page_width = document.documentElement.scrollWidth;
   r.window_width = window.innerWidth;
   const out = document.createElement('pre');
@@ -148,6 +160,11 @@ def page_problems(page: Path, work: Path, chromium_path: str, *, index: bool = F
     for i, v in enumerate(verdicts):
         if not v or not any(o in v for o in OUTCOMES):
             problems.append(f"{name}: {what} {i + 1} has no verdict (td.verdict: {v!r})")
+    if index:  # every column a table shows has its note, visible, not only a tooltip
+        problems += [f"{name}: column '{col}' of table {table!r} has no visible note"
+                     for table, col, ok in r["columns"] if not ok]
+        if not r["columns"]:
+            problems.append(f"{name}: no table header found")
     if index and len(verdicts) != rows:
         problems.append(f"{name}: {len(verdicts)} findings in table#summary, expected {rows}")
     if not r["summary_fits"]:
@@ -215,6 +232,15 @@ def test_the_browser_check_of_the_index_counts_findings_and_loads_its_figures(
     index = report.write_index(reports)
     assert page_problems(index, tmp_path / "w", chromium, index=True) == [
         "index.html: tr.finding 7 has no verdict (td.verdict: '? no summary')"]
+    # a column whose note is gone, or hidden, is named
+    page = index.read_text(encoding="utf-8")
+    cut = page.replace("<span class='col-note' data-column='measured ÷ article'>",
+                       "<span class='col-note' data-column='measured ÷ article' "
+                       "style='display:none'>", 1)
+    assert cut != page
+    (reports / "hidden_note.html").write_text(cut, encoding="utf-8")
+    assert "hidden_note.html: column 'measured ÷ article' of table 'summary' has no visible " \
+        "note" in page_problems(reports / "hidden_note.html", tmp_path / "w", chromium, index=True)
     (reports / "figures" / "02_temperature_spread__throughput.png").unlink()
     assert "index.html: image did not load: figures/02_temperature_spread__throughput.png" in \
         page_problems(index, tmp_path / "w", chromium, index=True)

@@ -209,15 +209,33 @@ def render_tables(arms: list[SharedArm]) -> str:
                 f"<td class='num'>{s['spread_pct']:.1f} %</td></tr>")
         if not rows:
             continue
-        head = "".join(f"<th>{c}</th>" for c in SETTING_COLUMNS)
+        head = "".join(f"<th data-column='{c}'>{c}</th>" for c in SETTING_COLUMNS)
+        notes = "".join(
+            f"<span class='col-note' data-column='{html.escape(name)}'><b>{html.escape(name)}"
+            f"</b>: {html.escape(note)}</span>" for name, note in column_notes(title))
         parts.append(
-            f"<table class='specrepro arms' data-metric='{metric}'><caption>{html.escape(title)}"
-            " of each arm measured by several notebooks at the same settings: each notebook's "
-            "mean (± the standard deviation of its repeats), the mean of those means, their "
-            "range, and the spread (highest - lowest) / mean</caption>"
-            f"<thead><tr>{head}<th>per notebook</th><th>mean</th><th>range</th>"
-            f"<th>spread</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+            f"<table class='specrepro arms' data-metric='{metric}'><caption class='column-notes'>"
+            f"{html.escape(title)} of each arm measured by several notebooks at the same "
+            f"settings; the columns: {notes}</caption>"
+            f"<thead><tr>{head}<th data-column='per notebook'>per notebook</th>"
+            "<th data-column='mean'>mean</th><th data-column='range'>range</th>"
+            f"<th data-column='spread'>spread</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+            "</table>")
     return "\n".join(parts)
+
+
+def column_notes(title: str) -> list[tuple[str, str]]:
+    """What each column of a shared-arm table holds (shown above it, one note a column)."""
+    return [("engine", "the engine and its version"),
+            ("speculation", "the method and its draft count, or none"),
+            ("quantization", "the target's and the drafter's precision"),
+            ("workload", "the prompts, their form and size (prompts x max tokens)"),
+            ("load", "concurrent streams and temperature"),
+            ("per notebook", (f"each notebook's mean {title} (± the standard deviation of "
+                              "its repeats), with the arm's name there")),
+            ("mean", "the mean of those means"),
+            ("range", "the lowest to the highest of them"),
+            ("spread", "(highest - lowest) / mean, in %")]
 
 
 def section(executed: list[Path]) -> str:

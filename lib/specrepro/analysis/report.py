@@ -29,6 +29,10 @@ Design:
   to about 100 px at 1,400; seven rows by three substrates read at a glance, with room
   for the teaching lines.
 - The same arm measured by several notebooks: `arms_across.section`.
+- Every column a table shows is explained where it is read: a caption above the table with
+  one note per column (`<span class="col-note" data-column=NAME>`, NAME the header's
+  `data-column`), never only a tooltip; tests/test_report_render.py checks in the browser
+  that each header has its visible note.
 - `specrepro report [--reports-dir reports]` writes `<reports-dir>/index.html`.
 """
 
@@ -91,6 +95,10 @@ tbody.finding { border-top: 2px solid #888; }
 .figures figcaption { font-size: 13px; color: #555; }
 .problems { color: #8a1c00; }
 td.substitute { color: #555; font-style: italic; }
+caption.column-notes { caption-side: top; text-align: left; font-size: 12.5px; color: #333;
+       padding: .3em 0 .5em; line-height: 1.45; }
+caption.column-notes .col-notes { columns: 2; column-gap: 2em; margin-top: .2em; }
+caption.column-notes .col-note { display: block; break-inside: avoid; margin: 0 0 .15em; }
 """
 
 MISSING = {"outcome": "missing", "symbol": "?"}  # a row whose notebook left no summary
@@ -213,17 +221,46 @@ def summary_rows(rep: Report) -> str:
             f"data-outcome='{_esc(outcome)}'>{''.join(rows)}</tbody>")
 
 
-# The summary table's column widths (%): fixed, so a long measured value wraps in its own
-# column instead of widening the table past the page.
-COLUMNS = (("finding", 9), ("the article's claim", 19), ("check", 17), ("article", 14),
-           ("measured", 17), ("ratio", 5), ("check's outcome", 10), ("verdict", 9))
+# The summary table's columns: header, width (%) and what the column holds. The widths are
+# fixed, so a long measured value wraps in its own column instead of widening the table past
+# the page; the notes stand in the caption above it (column_notes).
+COLUMNS = (
+    ("finding", 9, "the notebook (its link opens the report) and the article it re-measures"),
+    ("the article's claim", 17, "the finding as the article states it"),
+    ("check", 17, ("one measurable part of the claim; a substitute is this suite's own gate, "
+                   "with its own rule, standing beside the article's and never deciding the "
+                   "verdict")),
+    ("article", 14, ("the article's figure for the check at the level and unit of the "
+                     "measured one: the change between its two arms (their values; streams, "
+                     "temperature), or its gate")),
+    ("measured", 16, ("the same from this suite's stored cells: the change between the arms' "
+                      "means (each arm's mean, its range over runs and the run count)")),
+    ("measured ÷ article", 8, ("the measured effect divided by the article's: 1 as large, 0.5 "
+                               "half, below 0 the other way; blank where the check sizes no "
+                               "effect (a 'same' check, a gate, a figure not printed)")),
+    ("check's outcome", 10, ("✓ holds, ◐ holds in direction only, ✗ does not hold, – not "
+                             "testable here, by the check's rule (its report's summary prints "
+                             "it; here on hover), with what decided it")),
+    ("verdict", 9, "the finding's, judged over the article's checks only"),
+)
+
+
+def column_notes(notes, caption: str = "") -> str:
+    """A caption above a table: an optional sentence, then one visible note per column."""
+    spans = "".join(f"<span class='col-note' data-column='{_esc(name)}'><b>{_esc(name)}</b>: "
+                    f"{_esc(note)}</span>" for name, note in notes)
+    lead = _esc(caption) if caption else ""
+    return f"<caption class='column-notes'>{lead}<div class='col-notes'>{spans}</div></caption>"
 
 
 def summary_table(reports: list[Report]) -> str:
-    cols = "".join(f"<col style='width:{w}%'>" for _, w in COLUMNS)
-    head = "<thead><tr>" + "".join(f"<th>{html.escape(n)}</th>" for n, _ in COLUMNS) + "</tr></thead>"
-    return (f"<table id='summary' class='specrepro summary index'><colgroup>{cols}</colgroup>"
-            f"{head}" + "".join(summary_rows(r) for r in reports) + "</table>")
+    cols = "".join(f"<col style='width:{w}%'>" for _, w, _ in COLUMNS)
+    head = "<thead><tr>" + "".join(f"<th data-column='{_esc(n)}'>{_esc(n)}</th>"
+                                   for n, _, _ in COLUMNS) + "</tr></thead>"
+    notes = column_notes([(n, note) for n, _, note in COLUMNS],
+                         "One row per check of each finding; the columns:")
+    return (f"<table id='summary' class='specrepro summary index'>{notes}<colgroup>{cols}"
+            f"</colgroup>{head}" + "".join(summary_rows(r) for r in reports) + "</table>")
 
 
 def _substrate_cell(sub: dict | None) -> str:
@@ -242,9 +279,19 @@ def substrates_table(reports: list[Report]) -> str:
     width = 14
     cols = ("<col style='width:12%'>" + f"<col style='width:{width}%'>" * len(SUITES)
             + f"<col style='width:{88 - width * len(SUITES)}%'>")
-    head = ("<tr><th>finding</th>" + "".join(
-        f"<th>{_esc(r.role)}<br><small>{_esc(r.params)}</small></th>" for r in SUITES)
-        + "<th>what the difference between the substrates teaches</th></tr>")
+    head = ("<tr><th data-column='finding'>finding</th>" + "".join(
+        f"<th data-column='each substrate'>{_esc(r.role)}<br><small>{_esc(r.params)}</small>"
+        "</th>" for r in SUITES)
+        + "<th data-column='what the difference teaches'>what the difference between the "
+        "substrates teaches</th></tr>")
+    notes = column_notes([
+        ("finding", "the notebook; its link opens the report"),
+        ("each substrate", ("one suite's stored results (its params file under the name): "
+                            "the finding's verdict there, its checks' symbols in the order of "
+                            "the table above, and how many cells were stored, or 'not "
+                            "measured'")),
+        ("what the difference teaches", ("which checks change verdict between substrates, "
+                                         "with each one's effect"))])
     rows = []
     for rep in reports:
         link = (f"<a href='{_esc(rep.id)}.html'>{_esc(rep.title)}</a>" if rep.executed
@@ -260,7 +307,7 @@ def substrates_table(reports: list[Report]) -> str:
             "<p class='meta'>Each suite's stored results replayed and judged by the same "
             "rules; a substrate with nothing stored for a finding says so, never a number. "
             "Each report's second table gives the checks one by one.</p>"
-            f"<table id='substrates' class='specrepro substrates index'><colgroup>{cols}"
+            f"<table id='substrates' class='specrepro substrates index'>{notes}<colgroup>{cols}"
             f"</colgroup><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
 
 
@@ -315,7 +362,7 @@ def figure_sections(reports: list[Report],
 
 LEGEND = ("<p class='meta'>Verdicts: ✓ holds · ◐ holds in direction only · ✗ does not hold · "
           "– not testable here. Each check's rule is in its report's summary (and in the "
-          "tooltip of its outcome here).</p>")
+          "tooltip of its outcome here); a substitute gate's own rule is in its check.</p>")
 
 
 def render_index(reports: list[Report], links: dict[str, list[tuple[str, str | None, str]]],
