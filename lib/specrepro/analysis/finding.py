@@ -34,6 +34,7 @@ from typing import Literal
 import polars as pl
 
 from specrepro import identity, provenance, results
+from specrepro.analysis.text_quality import with_length_share
 from specrepro.params import ResolvedStudy, Suite
 
 # A notebook's `mode` parameter: the notebook runner checks it before executing, and
@@ -150,6 +151,8 @@ def from_store(notebook_id: str, study: ResolvedStudy, suite: Suite, store_root:
     labels = {a.name: a.label or a.name for a in study.arms}
     cells = stored.with_columns(pl.col("arm").replace_strict(labels, default=None).alias("label"))
     reqs = results.load_requests(store_root, cells)
+    # stores written before cells kept it: requests cut at the cap, from their finish_reason
+    cells = with_length_share(cells, reqs)
     manifest = results.ResultStore(store_root.parent.parent, study.name,
                                    store_root.name).manifest()
     return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,

@@ -18,7 +18,9 @@ Design:
   printed change), else from the one measured level of the arm that differs in one key.
 - Every measured figure carries its spread over repeats (`measured_min`, `measured_max`,
   `runs`; a change: each run against the baseline's mean), and `overlay_tables` shows it
-  split per metric, in words, with the article arm's label (published/arms.csv).
+  split per metric, in words, with the article arm's label (published/arms.csv); an
+  acceptance table has the level's repeated 4-grams and requests cut at max_tokens beside
+  the measured figure, which carries the loop mark where its cells loop (tables.flagged).
 - Where the article prints two different values for one thing, the one named by the
   notebook's `prefer` (else a table before a sentence) is compared, and the other stays in
   `also_published` with its source, so the reader sees which was chosen.
@@ -35,7 +37,7 @@ import re
 import polars as pl
 
 from specrepro import metrics
-from specrepro.analysis import tables
+from specrepro.analysis import tables, text_quality
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.tables import Table
 from specrepro.published import load_arms, load_published
@@ -354,11 +356,21 @@ def overlay_tables(cells: pl.DataFrame, claims: Claims,
         if fam == "acceptance_rate_pos":
             part = part.with_columns(pl.col("metric").str.extract(r"(\d+)$").cast(pl.Int64)
                                      .alias("position"))
-        out.append(_overlay_table(part, fam, arm_label))
+        text = _text_columns(cells) if fam in text_quality.ACCEPTANCE_METRICS else None
+        out.append(_overlay_table(part, fam, arm_label, text))
     return out
 
 
-def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict) -> Table:
+def _text_columns(cells: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
+    """Each measured level's cells (label, workload, concurrency, temperature), whose text
+    columns and loop mark an acceptance row shows."""
+    keys = ["label", "workload", "concurrency", "temperature"]
+    return {tuple(k): part for k, part in
+            tables.text_columns(cells).group_by(keys, maintain_order=True)}
+
+
+def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict,
+                   text: dict[tuple, pl.DataFrame] | None = None) -> Table:
     shown, fixed = tables.varying_levels(part)
     pt = part["published_temperature"].unique().to_list()
     cross_t = part.filter(pl.col("published_temperature").is_not_null()
@@ -389,6 +401,12 @@ def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict) -> Table:
         row["measured"] = (None if r["measured"] is None else
                            {"mean": r["measured"], "min": r["measured_min"],
                             "max": r["measured_max"]})
+        if text is not None:  # acceptance: the loop mark and the text columns beside it
+            at = text.get((r["label"], r["workload"], r["concurrency"], r["temperature"]))
+            at = at if at is not None else pl.DataFrame(schema=tables.CELL_TEXT_SCHEMA)
+            row["measured"] = tables.flagged(row["measured"], at)
+            row.update({tables.name(t): tables.spread_of(at[t].to_list(), tables.scale(t),
+                                                         with_n=False) for t in tables.TEXT})
         row["runs"] = r["runs"]
         row["measured / article"] = (None if r["measured"] is None or not r["published"]
                                      else r["measured"] / r["published"])
@@ -403,6 +421,9 @@ def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict) -> Table:
            "(min-max over the runs)")
     if cross_t.height and not t_column:
         cap += f"; the article's figures at T={pt[0]:g}"
+    if text is not None and rows:
+        cells = pl.concat([c.select(tables.TEXT) for c in text.values()]) if text else None
+        notes = [*(tables.text_notes(cells) if cells is not None else ()), *notes]
     # no row measured: an empty table that still carries its caption and notes
     frame = pl.DataFrame(rows) if rows else pl.DataFrame(schema=EMPTY_TABLE)
     return Table(frame, tables.with_fixed(cap, fixed), tuple(notes))

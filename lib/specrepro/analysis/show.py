@@ -56,6 +56,8 @@ def _spread_cell(value: dict) -> str:
     if n is not None:
         extra.append(f"n={n}")
     text = tables.fmt(value["mean"]) + (f" ({', '.join(extra)})" if extra else "")
+    if value.get("flag"):  # tables.flagged: acceptance on loops is marked, never passed off
+        text += f" [{value['flag']}]"
     return f'<td style="text-align:right;white-space:nowrap">{html.escape(text)}</td>'
 
 

@@ -4,8 +4,12 @@ Design:
 - Every function takes the cells frame of a `Finding` (CELL_SCHEMA columns plus `label`)
   and returns a small polars frame; nothing here reads files or draws.
 - Repeats are averaged only where a view says so (`mean_over_repeats`); every view that
-  shows an acceptance figure carries `repeated_4gram_share` beside it, because repetition
-  is easy to draft and inflates acceptance (docs/embedded-model.md, lesson 4).
+  shows an acceptance figure carries `repeated_4gram_share` and `length_share` (requests cut
+  at max_tokens) beside it, because repetition is easy to draft and inflates acceptance
+  (docs/embedded-model.md, lesson 4), with the words that explain them under the table;
+  an acceptance figure whose cells are mostly loops carries the mark `text_quality.loop_flag`
+  gives it ("loops", or "loops in k of n runs"), rendered after its number, never averaged
+  in silently (analysis/text_quality.py).
 - Derived figures use `specrepro.metrics` (relative change, step time), never a formula
   typed again here.
 - Two kinds of function: data views (`mean_over_repeats`, `gain_over`, `crossing`,
@@ -29,6 +33,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from specrepro import metrics
+from specrepro.analysis.text_quality import EXPLAIN, LOOP_NOTE, loop_flag
+from specrepro.workloads import STANDS_FOR
 
 LEVEL = ["label", "arm", "workload", "concurrency", "temperature"]
 
@@ -121,6 +127,7 @@ NAMES: dict[str, tuple[str, str, float]] = {
     "acceptance_rate_pos": ("accepted at each draft position", "% of steps", 1.0),
     "step_ms": ("step time", "ms", 1.0),
     "repeated_4gram_share": ("repeated 4-grams", "%", 100.0),
+    "length_share": ("ended at max_tokens", "%", 100.0),
     "ttft_p50_ms": ("median time to first token", "ms", 1.0),
     "ttft_p95_ms": ("95th percentile time to first token", "ms", 1.0),
     "ttft_p50_s": ("median time to first token", "s", 1.0),
@@ -184,6 +191,43 @@ def spread_of(values, factor: float = 1.0, with_n: bool = True) -> dict | None:
     return out
 
 
+def flagged(spread: dict | None, cells: pl.DataFrame) -> dict | None:
+    """An acceptance figure's spread with the loop mark of the cells it averages (`flag`:
+    None where none loops; the key is always there, so a column's structs have one shape)."""
+    if spread is None:
+        return None
+    return {**spread, "flag": loop_flag(cells["repeated_4gram_share"].to_list())}
+
+
+TEXT = ("repeated_4gram_share", "length_share")  # what every acceptance figure has beside it
+CELL_TEXT_SCHEMA = {t: pl.Float64 for t in TEXT}  # no cells at a level: empty text columns
+
+
+def text_columns(cells: pl.DataFrame) -> pl.DataFrame:
+    """Cells with both text columns, null where a frame built by hand lacks one."""
+    return cells.with_columns([pl.lit(None, pl.Float64).alias(t) for t in TEXT
+                               if t not in cells.columns])
+
+
+def text_notes(cells: pl.DataFrame) -> tuple[str, ...]:
+    """The words under a table that shows the text columns: what each means, and the loop
+    mark where a cell of the table loops."""
+    notes = tuple(EXPLAIN[c] for c in TEXT)
+    shares = cells["repeated_4gram_share"].to_list() if cells.height else []
+    return notes + ((LOOP_NOTE,) if loop_flag(shares) else ())
+
+
+def with_text(values: list[str]) -> list[str]:
+    """`values` with the text columns right after its last acceptance figure, where it
+    shows one and lacks them (each once, in TEXT's order)."""
+    idx = [i for i, v in enumerate(values) if v in ACCEPTANCE]
+    if not idx:
+        return list(values)
+    rest = [v for v in values if v not in TEXT]
+    at = max(i for i, v in enumerate(rest) if v in ACCEPTANCE) + 1
+    return rest[:at] + list(TEXT) + rest[at:]
+
+
 @dataclass(frozen=True)
 class Table:
     """A reader table: the frame, a caption that says what rows and cells are, and notes
@@ -200,6 +244,8 @@ SPREAD_NOTE = "cells: mean over runs (min-max over the runs, n runs)"
 
 
 def _level_values(key: str, value):
+    if key == "workload" and value in STANDS_FOR:  # measured in place of the article's own
+        return f"{value} (for the article's {STANDS_FOR[value]})"
     return f"{value:g}" if key == "temperature" and value is not None else value
 
 
@@ -214,7 +260,7 @@ def varying_levels(frame: pl.DataFrame, keys=tuple(LEVEL_COLUMNS)) -> tuple[list
         elif vals and vals[0] is not None:  # arm-level figures have no level
             v = vals[0]
             fixed.append(streams(v) if k == "concurrency" else
-                         f"T={v:g}" if k == "temperature" and v is not None else str(v))
+                         f"T={v:g}" if k == "temperature" else str(_level_values(k, v)))
     return shown, ", ".join(fixed)
 
 
@@ -234,16 +280,22 @@ def _groups(cells: pl.DataFrame, keys: list[str]):
 def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | None = None
                ) -> Table:
     """One row per level (streams, and workload or temperature where they vary), one column
-    per arm: `value` as mean (min-max, n runs)."""
+    per arm: `value` as mean (min-max, n runs). For an acceptance figure, each arm's value
+    carries its loop mark and the level's repeated 4-grams and requests cut at max_tokens
+    over every arm's cells follow (mean, min-max)."""
     shown, fixed = varying_levels(cells)
+    cells = text_columns(cells)
     labels = list(dict.fromkeys(cells["label"].to_list()))
     keys = ["workload", "temperature", "concurrency"]
+    accept = value in ACCEPTANCE
     rows = []
     for level, at in _groups(cells.sort(keys), keys):
         row = _level_cells(level, shown)
         for label in labels:
-            row[label] = spread_of(at.filter(pl.col("label") == label)[value].to_list(),
-                                   scale(value))
+            mine = at.filter(pl.col("label") == label)
+            row[label] = spread_of(mine[value].to_list(), scale(value))
+            if accept:
+                row[label] = flagged(row[label], mine)
         rows.append(row)
     # an arm without the figure at any level (no speculation has no tokens per step) is
     # left out rather than shown as a column of n/a
@@ -252,12 +304,13 @@ def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | Non
             for r in rows]
     cap = caption or f"{name(value)} per arm; {SPREAD_NOTE}"
     notes = ()
-    if value in ACCEPTANCE:  # repetition is easy to draft: say how much there was
-        notes = ("repeated 4-grams in the outputs (repetition inflates acceptance), per arm "
-                 "over these levels: " + "; ".join(
-                     f"{lab} {fmt(s['mean'])} %" for lab in labels
-                     if (s := spread_of(cells.filter(pl.col("label") == lab)
-                                        ["repeated_4gram_share"].to_list(), 100.0))),)
+    if accept:  # repetition is easy to draft: say how much there was, at every level
+        at_level = [at for _, at in _groups(cells.sort(keys), keys)]
+        for row, at in zip(rows, at_level, strict=True):
+            row.update({f"{name(t)}, all arms": spread_of(at[t].to_list(), scale(t),
+                                                          with_n=False) for t in TEXT})
+        cap += "; the text columns: every arm's cells at the level"
+        notes = text_notes(cells)
     return Table(pl.DataFrame(rows), with_fixed(cap, fixed), notes)
 
 
@@ -288,23 +341,28 @@ def per_arm(cells: pl.DataFrame, values: list[str], caption: str = "") -> Table:
     """One row per arm and level, one column per value (mean, min-max over runs), and the
     run count."""
     shown, fixed = varying_levels(cells)
+    cells = text_columns(cells)
+    values = with_text(values)  # an acceptance figure never without its text columns
     rows = []
     for level, part in _groups(cells, ["label", *LEVEL_COLUMNS]):
         row = {"arm": level["label"], **_level_cells(level, shown)}
         for v in values:
             row[name(v)] = spread_of(part[v].to_list(), scale(v), with_n=False)
+            if v in ACCEPTANCE:
+                row[name(v)] = flagged(row[name(v)], part)
         row["runs"] = part.height
         rows.append(row)
     cap = caption or ", ".join(name(v) for v in values)
+    notes = text_notes(cells) if set(values) & set(ACCEPTANCE) else ()
     return Table(pl.DataFrame(rows), with_fixed(
-        f"{cap}; cells: mean over runs (min-max over the runs)", fixed))
+        f"{cap}; cells: mean over runs (min-max over the runs)", fixed), notes)
 
 
 def bill_table(cells: pl.DataFrame, with_power: bool = True) -> Table:
     """What each arm costs per level: throughput, tokens per step, repetition, peak memory
     and, where a power source measured them (with_power), watts and tokens per joule; the
     KV pool is `kv_table`'s (one value per arm)."""
-    values = ["agg_tok_s", "acceptance_length", "repeated_4gram_share", "peak_mem_mib"]
+    values = with_text(["agg_tok_s", "acceptance_length", "peak_mem_mib"])
     if with_power:
         values += ["power_w_mean", "tokens_per_joule"]
     return per_arm(cells, values, "What each arm costs: " + ", ".join(name(v) for v in values))
@@ -314,6 +372,7 @@ def spread_table(cells: pl.DataFrame, value: str = "agg_tok_s") -> Table:
     """Run-to-run spread per arm and temperature: runs, mean (min-max), standard deviation
     and coefficient of variation of `value`, with acceptance and repetition beside."""
     shown, fixed = varying_levels(cells, ("workload", "concurrency", "temperature"))
+    cells = text_columns(cells)
     rows = []
     for level, part in _groups(cells, ["label", *LEVEL_COLUMNS]):
         vals = part[value].drop_nulls()
@@ -323,44 +382,49 @@ def spread_table(cells: pl.DataFrame, value: str = "agg_tok_s") -> Table:
             "arm": level["label"], **_level_cells(level, shown), "runs": part.height,
             name(value): spread_of(vals.to_list(), with_n=False),
             "sd": sd, "cv (sd / mean)": None if sd is None or not mean else sd / mean,
-            name("draft_acceptance_rate"): spread_of(part["draft_acceptance_rate"].to_list(),
-                                                     100.0, with_n=False),
-            name("acceptance_length"): spread_of(part["acceptance_length"].to_list(),
-                                                 with_n=False),
-            name("repeated_4gram_share"): spread_of(part["repeated_4gram_share"].to_list(),
-                                                    100.0, with_n=False)})
+            **{name(a): flagged(spread_of(part[a].to_list(), scale(a), with_n=False), part)
+               for a in ("draft_acceptance_rate", "acceptance_length")},
+            **{name(t): spread_of(part[t].to_list(), scale(t), with_n=False) for t in TEXT}})
     return Table(pl.DataFrame(rows), with_fixed(
         f"Run-to-run spread of {name(value)}: mean (min-max) over the runs, standard "
-        "deviation (sd) and cv = sd / mean (n=1: none)", fixed))
+        "deviation (sd) and cv = sd / mean (n=1: none)", fixed), text_notes(cells))
 
 
 def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[str]
                   ) -> list[Table]:
     """Two arms side by side, one small table per value: each level's reference and arm
     (mean, min-max, n runs) and the arm's change against the reference (%)."""
-    pair = cells.filter(pl.col("arm").is_in([arm, reference]))
+    pair = text_columns(cells).filter(pl.col("arm").is_in([arm, reference]))
     shown, fixed = varying_levels(pair)
     label = {a: pair.filter(pl.col("arm") == a)["label"][0] for a in (arm, reference)
              if pair.filter(pl.col("arm") == a).height}
     keys = ["workload", "temperature", "concurrency"]
     out = []
-    for v in values:
+    # an acceptance table is followed by the text columns' tables (with_text), and carries
+    # the loop mark and their words
+    for v in with_text(values):
         share = scale(v) == 100.0  # a share: its difference in points, not a change of a %
         head = "difference (points)" if share else "change (%)"
         rows = []
         for level, at in _groups(pair.sort(keys), keys):
-            ref = spread_of(at.filter(pl.col("arm") == reference)[v].to_list(), scale(v))
-            new = spread_of(at.filter(pl.col("arm") == arm)[v].to_list(), scale(v))
+            ref_at = at.filter(pl.col("arm") == reference)
+            arm_at = at.filter(pl.col("arm") == arm)
+            ref = spread_of(ref_at[v].to_list(), scale(v))
+            new = spread_of(arm_at[v].to_list(), scale(v))
             if ref is None and new is None:  # not measured at this level (GSM8K on essays)
                 continue
+            if v in ACCEPTANCE:
+                ref, new = flagged(ref, ref_at), flagged(new, arm_at)
             a, b = new and new["mean"], ref and ref["mean"]
             rows.append({**_level_cells(level, shown),
                          label.get(reference, reference): ref, label.get(arm, arm): new,
                          head: (None if a is None or b is None else a - b) if share
                          else metrics.relative_change_pct(a, b)})
+        notes = ((EXPLAIN[v],) if v in TEXT else text_notes(pair)[len(TEXT):]
+                 if v in ACCEPTANCE else ())  # acceptance: the loop words where one loops
         out.append(Table(pl.DataFrame(rows), with_fixed(
             f"{name(v)}: {label.get(arm, arm)} against {label.get(reference, reference)}; "
-            f"{SPREAD_NOTE}; {head.split(' ')[0]}: of the means", fixed)))
+            f"{SPREAD_NOTE}; {head.split(' ')[0]}: of the means", fixed), notes))
     return out
 
 

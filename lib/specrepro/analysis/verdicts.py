@@ -37,6 +37,7 @@ from specrepro.analysis.gates import evaluate_gate
 from specrepro.analysis.overlay import choose
 from specrepro.analysis.rules import OUTCOMES, SYMBOLS, Rule, Side
 from specrepro.analysis.same_drafts import same_drafts
+from specrepro.analysis import text_quality
 from specrepro.published import load_gates, load_published
 
 STATS = ("value", "mean", "approx")
@@ -596,9 +597,31 @@ def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
                            article=_article_only(f, claims, rule))
 
 
+def _with_loops(f: Finding, rule: Rule, res: CheckResult) -> CheckResult:
+    """text_quality's loop flag on a check's inputs: an acceptance check on cells that are
+    mostly loops is not testable here (what it would have said stays in its reason, what was
+    measured beside it); a speed, step or energy check names the loops in its reason; a check
+    already not testable, or of a figure set at start-up, is left as it is."""
+    effect = text_quality.loops_decide(rule)
+    if effect is None or res.outcome == "not testable here":
+        return res
+    why = text_quality.loop_reason(f, rule)
+    if not why:
+        return res
+    if effect == "decide":
+        was = f"{res.outcome}{': ' + res.reason if res.reason else ''}"
+        res.outcome, res.ratio = "not testable here", None
+        res.reason = f"{why}; acceptance on loops measures repetition (on them: {was})"
+    else:
+        res.reason = f"{res.reason}; {why}" if res.reason else why
+    return res
+
+
 def verdict(f: Finding, claims: Claims | None = None) -> Verdict:
-    """Every check of the notebook's claim, then the suite's substitute gates."""
+    """Every check of the notebook's claim (its inputs' loops flagged: `_with_loops`), then
+    the suite's substitute gates."""
     claims = claims or claims_for(f.notebook_id)
-    v = Verdict(f.notebook_id, [evaluate(f, r, claims) for r in claims.checks])
+    v = Verdict(f.notebook_id, [_with_loops(f, r, evaluate(f, r, claims))
+                                for r in claims.checks])
     v.checks += _substitutes(f, claims, claims.checks)
     return v

@@ -27,8 +27,9 @@ Design:
   missing leaves what it feeds empty, with a warning naming the URL and those
   measurements (`counters_delta`, promtext.LOST_WITHOUT_METRICS).
 - Quality: GSM8K strict/flexible per request on the very outputs that were timed
-  (`grade`), the repeated-4-gram share, and the share of outputs identical to the baseline
-  arm's on the same prompt and seed (`identical_share`, the lossless check).
+  (`grade`), the repeated-4-gram share, the share of requests that ended at max_tokens
+  (`length_share`: text the model never finished), and the share of outputs identical to
+  the baseline arm's on the same prompt and seed (`identical_share`, the lossless check).
 """
 
 from __future__ import annotations
@@ -366,6 +367,7 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
                                 eng.family, result.wall_s),
         "step_ms": metrics.step_ms(step_len, per_stream),
         "repeated_4gram_share": repetition(records),
+        "length_share": metrics.length_share([r.finish_reason for r in ok]),
         "power_w_mean": report.power_w_mean, "energy_j": report.energy_j,
         "tokens_per_joule": metrics.tokens_per_joule(output_tokens, report.energy_j),
         "peak_mem_mib": report.peak_mem_mib if report.peak_mem_mib is not None

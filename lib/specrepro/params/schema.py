@@ -219,7 +219,8 @@ class Profile(Strict):
 
 
 
-WORKLOADS = ("gsm8k", "humaneval", "essays", "prefill")
+# prose: held-out WikiText-2 continuations standing in for the articles' essays (workloads.py)
+WORKLOADS = ("gsm8k", "humaneval", "essays", "prefill", "prose")
 
 
 class Workload(Strict):
@@ -242,6 +243,9 @@ class Workload(Strict):
             return [(("prefill_tokens",), "expected target prompt lengths for prefill, found none")]
         if self.name != "prefill" and self.prefill_tokens:
             return [(("prefill_tokens",), f"expected it only on prefill, found it on {self.name}")]
+        if self.name == "prose" and self.form != "completion":
+            return [(("form",), "expected completion for prose (the embedded target continues "
+                                f"plain prose, never as a chat turn), found {self.form}")]
         if self.shots and self.name != "gsm8k":
             return [
                 (

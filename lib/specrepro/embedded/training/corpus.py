@@ -9,7 +9,8 @@ Design:
           files outside test folders, every `code_stride`-th held out, the rest
           taken in sorted order up to `code_chars`;
   prose = WikiText-2 (valid + test), detokenized, split into articles at top-level
-          headings; every `prose_holdout_every`-th article held out. `prose_docs`
+          headings; every `prose_holdout_every`-th article held out (20,
+          `prose_heldout`; the `prose` workload continues them). `prose_docs`
           chooses the document unit: "articles" (the default corpus), "sections"
           (an article cut at every heading, the heading kept with its text) or
           "paragraphs" (every paragraph, a heading joined to the paragraph after
@@ -96,6 +97,17 @@ def code_documents(code_chars: int = 6_000_000, stride: int = 25, max_file_chars
     return docs
 
 
+# Every 20th WikiText-2 article of a split (the 11th, 31st, ...) is held out of training; the
+# `prose` workload (workloads.py) continues these articles, so it reads this rule from here.
+PROSE_HOLDOUT_EVERY = 20
+
+
+def prose_heldout(index: int, every: int = PROSE_HOLDOUT_EVERY) -> bool:
+    """Whether article `index` (0-based, in `wikitext_articles` order) of a WikiText-2 split
+    is held out of training (`prose_holdout_every` = `every`)."""
+    return index % every == every // 2
+
+
 _ARTICLE = re.compile(r"^= [^=].* =$", re.MULTILINE)
 _HEADING = re.compile(r"^=+ .* =+$", re.MULTILINE)
 PROSE_DOCS = ("articles", "sections", "paragraphs")
@@ -133,7 +145,8 @@ def article_units(article: str, prose_docs: str = "articles") -> list[str]:
     return [p for p in parts if p and not _HEADING.fullmatch(p.split("\n\n")[-1])]
 
 
-def prose_documents(data_dir=None, holdout_every: int = 20, limit: int | None = None,
+def prose_documents(data_dir=None, holdout_every: int = PROSE_HOLDOUT_EVERY,
+                    limit: int | None = None,
                     prose_docs: str = "articles") -> list[Document]:
     from specrepro.data import detokenize_wikitext, read_wikitext
 
@@ -141,7 +154,7 @@ def prose_documents(data_dir=None, holdout_every: int = 20, limit: int | None = 
     for split in ("valid", "test"):
         arts = wikitext_articles(detokenize_wikitext(read_wikitext(split, data_dir)))[:limit]
         for i, a in enumerate(arts):
-            name = "heldout" if i % holdout_every == holdout_every // 2 else "train"
+            name = "heldout" if prose_heldout(i, holdout_every) else "train"
             units = article_units(a, prose_docs)
             # The default corpus keeps its sources ("wikitext-2/valid:3"), so its bytes and
             # hash do not change; units are numbered after "#".
