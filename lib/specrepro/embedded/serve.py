@@ -605,14 +605,24 @@ def port_taken(host: str, port: int) -> str | None:
 
 
 def _busy(host: str, port: int, exc: OSError) -> str:
+    """One line: the bind's error and who listens there (pid, user, command line) as far as
+    this user can see, as `specrepro run` names a taken port (harness/lifecycle.py, a layer
+    this one does not import)."""
     why = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
-    try:  # who listens (pid, command line, user), as `specrepro run` names it
-        from specrepro.harness.lifecycle import holder
+    try:
+        import psutil
 
-        why += f"; {holder(port)}"
-    except Exception:  # noqa: BLE001 - naming the listener is a courtesy, never a new failure
-        why += "; stop what listens there or pass another --port"
-    return " ".join(why.split())
+        pids = sorted({c.pid for c in psutil.net_connections(kind="tcp")
+                       if c.pid and c.laddr and c.laddr.port == port
+                       and c.status == psutil.CONN_LISTEN})
+        for pid in pids:
+            proc = psutil.Process(pid)
+            cmd = " ".join(proc.cmdline())
+            why += (f"; pid {pid} (user {proc.username()}) listens there: "
+                    f"`{cmd[:160] + ('...' if len(cmd) > 160 else '')}`")
+    except Exception as err:  # noqa: BLE001 - naming the listener is a courtesy, not a failure
+        log.debug("could not name the listener on port %d: %s", port, err)
+    return " ".join(f"{why}; stop it or pass another --port".split())
 
 
 def main(argv: list[str] | None = None) -> int:
