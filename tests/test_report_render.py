@@ -86,6 +86,12 @@ window.addEventListener('load', () => setTimeout(() => {
       return [tb.id || tb.className, key, !!note && shown(note) && text(note).length > key.length + 2];
     });
   });
+  // issue 30: every report opens with what its numbers are measured on, and its summary
+  // shows the noise band each verdict had to clear
+  r.substrate_line = [...document.querySelectorAll('p')].some(
+    p => shown(p) && /^Substrate:\s*\S/.test(text(p)) && text(p).length > 40);
+  r.noise_column = t ? [...t.querySelectorAll('thead th')].some(th => /^Noise/.test(text(th))) : null;
+  r.noise_cells = t ? [...t.querySelectorAll('tr.check')].map(tr => tr.querySelector('td.noise') !== null) : [];
   r.page_width = document.documentElement.scrollWidth;
   r.window_width = window.innerWidth;
   const out = document.createElement('pre');
@@ -172,6 +178,12 @@ def page_problems(page: Path, work: Path, chromium_path: str, *, index: bool = F
     if r["page_width"] > r["window_width"]:
         problems.append(f"{name}: the page scrolls sideways ({r['page_width']} px wide)")
     if not index:
+        if not r["substrate_line"]:
+            problems.append(f"{name}: no substrate line (a shown 'Substrate: ...' paragraph)")
+        if not r["noise_column"]:
+            problems.append(f"{name}: table#summary has no Noise column")
+        problems += [f"{name}: tr.check {i + 1} has no td.noise"
+                     for i, ok in enumerate(r["noise_cells"]) if not ok]
         problems += [f"{name}: code input shown: {c!r}" for c in r["code"]]
         if r["injected"] != 1:
             problems.append(f"{name}: papermill's parameters shown {r['injected']} times")
@@ -202,6 +214,13 @@ def test_the_browser_check_passes_a_good_report_and_names_what_is_wrong_in_bad_o
         "<img ", "<img src='figures/not-there.png' data-x=", 1))
     assert page_problems(missing, tmp_path / "w", chromium) == [
         "missing_image.html: image did not load: figures/not-there.png"]
+
+    bare = reports / "no_substrate_no_noise.html"  # issue 30: both are checked
+    bare.write_text(good.read_text().replace("Substrate:", "Setup:", 1)
+                    .replace("<th>Noise</th>", "<th>Spread</th>", 1))
+    assert page_problems(bare, tmp_path / "w", chromium) == [
+        "no_substrate_no_noise.html: no substrate line (a shown 'Substrate: ...' paragraph)",
+        "no_substrate_no_noise.html: table#summary has no Noise column"]
 
     no_summary = render("no_summary", summary=False)
     assert page_problems(no_summary, tmp_path / "w", chromium) == [

@@ -48,6 +48,9 @@ CELL_SCHEMA: dict[str, pl.DataType] = {
     "engine_queue_ms": _F, "engine_prefill_ms": _F, "engine_decode_ms": _F,
     "engine_ttft_ms": _F, "engine_itl_ms": _F, "engine_e2e_ms": _F,
     "engine_busy_share": _F,  # SGLang: forward-pass seconds over the cell's wall time
+    # the device's busy share over the cell (harness/power.py): NVML utilization on a GPU,
+    # the engine's CPU share on the CPU; its source says which
+    "busy_share": _F, "busy_source": _S,
 }
 
 REQUEST_SCHEMA: dict[str, pl.DataType] = {
@@ -66,7 +69,8 @@ ADDED_COLUMNS = {"itl_request_mean_ms",  # issue 16: the peers' inter-token late
                  "session_id",  # 2026-12-02: files named it before rows did (_session_named)
                  # 2026-12-02: the engines' own latency histograms (harness/engine_latency)
                  "engine_queue_ms", "engine_prefill_ms", "engine_decode_ms", "engine_ttft_ms",
-                 "engine_itl_ms", "engine_e2e_ms", "engine_busy_share"}
+                 "engine_itl_ms", "engine_e2e_ms", "engine_busy_share",
+                 "busy_share", "busy_source"}  # 2026-12-04: the host-bound rule (issue 30)
 
 # issue 30, item 4: requests cut at max_tokens; a file without it reads null and the analysis
 # derives it from the stored requests (analysis/text_quality.with_length_share)

@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 from IPython.display import HTML, Image, Markdown, display
 
-from specrepro.analysis import engine_starts, probes, tables
+from specrepro.analysis import engine_starts, host_bound, probes, tables
 from specrepro.analysis import figures as figs
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding, devices
@@ -86,12 +86,22 @@ def show_table(table: pl.DataFrame | tables.Table | list, caption: str = "") -> 
 
 
 def untestable(f: Finding, claims: Claims) -> list[tuple[str, str]]:
-    """The article claims this run cannot test: on the embedded engine or the transformers
-    peer, every listed claim, except those lifted by what was measured (power) and those
-    said only of another device (`device: cpu | cuda` against where the arms ran)."""
+    """The article claims this run cannot test: on any engine, the speed, step and energy
+    checks where an arm's device was below analysis/host_bound.py's busy threshold; on the
+    embedded engine or the transformers peer, every listed claim, except those lifted by
+    what was measured (power) and those said only of another device (`device: cpu | cuda`
+    against where the arms ran)."""
+    out = []
+    slow = host_bound.host_bound_arms(f)
+    if slow:
+        arms = ", ".join(f"{arm} ({b.text()})" for arm, b in slow)
+        out.append(("speed, step time and energy (every check of throughput, step or joules)",
+                    f"host-bound: below {host_bound.THRESHOLD:.0%} busy the step is timed on "
+                    f"the engine's host code, not on the weight read the articles describe; "
+                    f"{arms}"))
     if not set(f.engines) & {"embedded", "transformers"}:
-        return []
-    out, where = [], devices(f.study)
+        return out
+    where = devices(f.study)
     for u in claims.cannot_test:
         if u.unless == "power" and f.has_power:
             continue
@@ -105,7 +115,8 @@ def show_header(f: Finding, claims: Claims) -> None:
     """Where the data comes from, the temperatures compared, what cannot be tested, the
     probes' answers and how each arm's engine started."""
     # the article's finding opens the summary table above (show_summary)
-    lines = [f"**Data:** {f.describe()}.", ""]
+    lines = [f"**Substrate:** {host_bound.substrate_line(f)}", "",
+             f"**Data:** {f.describe()}.", ""]
     note = claims.temperature_note(f.cells["temperature"].to_list())
     if note:
         lines += [(f"**Temperature:** {note}. This suite measures at another temperature than "
@@ -114,8 +125,8 @@ def show_header(f: Finding, claims: Claims) -> None:
                    "measured ones, labelled so."), ""]
     cant = untestable(f, claims)
     if cant:
-        lines.append("**Not testable on this engine** (docs/design.md, \"What the embedded engine "
-                     "can and cannot test\"):")
+        lines.append("**Not testable on this substrate** (docs/design.md, \"What the embedded "
+                     "engine can and cannot test\"; analysis/host_bound.py):")
         lines += [f"- {claim}: {why}." for claim, why in cant]
     display(Markdown("\n".join(lines)))
     if f.study.probes:

@@ -146,7 +146,8 @@ def summary_html(s: dict) -> str:
     """The verdict line and `<table id="summary">`."""
     head = (f"<tr><th>Claim</th><th>Article<br><small>{html.escape(s['article_substrate'])}"
             f"</small></th><th>Measured<br><small>{html.escape(s['substrate'])}</small></th>"
-            "<th>Measured effect ÷ article's</th><th>Verdict</th><th>Rule</th></tr>")
+            "<th>Measured effect ÷ article's</th><th>Noise<br><small>the band a difference "
+            "must leave: run-to-run and A/A</small></th><th>Verdict</th><th>Rule</th></tr>")
     rows = []
     for c in s["checks"]:
         ratio = "" if c["ratio"] is None else f"{c['ratio']:.2f}"
@@ -154,7 +155,7 @@ def summary_html(s: dict) -> str:
         cls = "check substitute" if c["substitute"] else "check"
         rows.append(f'<tr class="{cls}" data-outcome="{html.escape(c["outcome"])}">'
                     + _td(c["claim"]) + _td(c["article"]) + _td(c["measured"])
-                    + _td(ratio, "ratio")
+                    + _td(ratio, "ratio") + _td(c.get("noise", ""), "noise")
                     + f'<td class="verdict">{c["symbol"]} {html.escape(c["outcome"])}{reason}</td>'
                     + _td(c["rule"], "rule") + "</tr>")
     line = (f'<p class="verdict-line" data-outcome="{html.escape(s["outcome"])}"><strong>'

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from specrepro import metrics
-from specrepro.analysis import substitute_gates, tables
+from specrepro.analysis import host_bound, noise, substitute_gates, tables
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding, declared_cells, devices
 from specrepro.analysis.gates import evaluate_gate
@@ -54,6 +54,7 @@ class CheckResult:
     rule: str = ""
     reason: str = ""            # why not testable, or what decided it
     substitute: bool = False    # a suite's own gate, standing beside the article's
+    noise: str = ""             # the band a difference had to leave (analysis/noise.py)
 
     @property
     def symbol(self) -> str:
@@ -62,7 +63,8 @@ class CheckResult:
     def as_dict(self) -> dict:
         return {"claim": self.claim, "article": self.article, "measured": self.measured,
                 "ratio": self.ratio, "outcome": self.outcome, "symbol": self.symbol,
-                "rule": self.rule, "reason": self.reason, "substitute": self.substitute}
+                "rule": self.rule, "reason": self.reason, "substitute": self.substitute,
+                "noise": self.noise}
 
 
 @dataclass
@@ -320,11 +322,11 @@ def _runs(m: _Measured, unit: str) -> str:
             f"{len(m.values)} runs)")
 
 
-def _ties(ma: _Measured, mb: _Measured) -> bool | None:
-    """Whether the two cells' run-to-run ranges overlap; None when neither has repeats."""
-    if len(ma.values) < 2 and len(mb.values) < 2:
-        return None
-    return max(ma.lo, mb.lo) <= min(ma.hi, mb.hi)
+def _noise(f: Finding, rule: Rule, metric: str, ma: _Measured, mb: _Measured) -> noise.Noise:
+    """The check's noise band: the cells' spread and the A/A twins' (analysis/noise.py), both
+    relative, so the metric's table scale cancels."""
+    return noise.measure(f, metric, [(s.arm, m.values, m.workload, m.temperature, m.concurrency)
+                                     for s, m in ((rule.a, ma), (rule.b, mb))])
 
 
 # ------------------------------------------------------------------------ the kinds
@@ -353,28 +355,39 @@ def _compare(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
     unit = tables.NAMES[rule.metric][1]
     ma, mb = _pair(f, rule)
     change, measured = _measured_change(ma, mb, unit)
-    tie = _ties(ma, mb)
-    noise = {None: "1 run each: no spread measured", True: "inside the run-to-run range",
-             False: "outside the run-to-run range"}[tie]
-    res = CheckResult(rule.claim, "does not hold", measured=measured, rule=rule.text())
+    nz = _noise(f, rule, rule.metric, ma, mb)
+    tie = nz.tie(change)
+    where = ("no noise measured (1 run each, no A/A twin)" if nz.band_pct is None else
+             f"{'inside' if tie else 'outside'} the noise band, ±{nz.band_pct:.1f}%")
+    res = CheckResult(rule.claim, "does not hold", measured=measured, rule=rule.text(),
+                      noise=nz.text())
     try:
         art_change, res.article = _article_change(claims, rule, ma, mb)
     except _Untestable as why:
         art_change, res.article = None, f"not printed ({why})"
-    if rule.direction == "same":
-        ok = tie is True or (rule.band.within is not None and abs(change) <= rule.band.within)
+    if rule.direction == "same":  # its own band decides; noise never makes it hold
+        band = rule.band.within
+        if band is None and nz.band_pct is None:
+            raise _Untestable("a 'same' claim needs a band or measured noise, and this one "
+                              "has neither (1 run each, no A/A twin)")
+        ok = abs(change) <= (band if band is not None else nz.band_pct)
+        if ok and band is not None and nz.band_pct is not None and nz.band_pct > band:
+            raise _Untestable(f"inside the claim's band (within {band:g}%), but the noise "
+                              f"(±{nz.band_pct:.1f}%) is wider than it: this suite cannot tell "
+                              "the same from different at that scale")
         res.outcome = "holds" if ok else "does not hold"
-        res.reason = noise
+        res.reason = (f"{'inside' if ok else 'outside'} the claim's band (within {band:g}%); "
+                      if band is not None else "") + where
         return res
     if art_change not in (None, 0):
         res.ratio = change / art_change
     right_way = change > 0 if rule.direction == "higher" else change < 0
     if tie:
-        res.reason = "a tie: the difference is inside the run-to-run range"
+        res.reason = f"a tie: {change:+.1f}% is inside the noise band, ±{nz.band_pct:.1f}%"
     elif not right_way:
-        res.reason = f"the other way ({noise})"
+        res.reason = f"the other way ({where})"
     else:
-        res.reason = noise
+        res.reason = where
         in_band = res.ratio is None or (
             (rule.band.at_least is None or res.ratio >= rule.band.at_least)
             and (rule.band.at_most is None or res.ratio <= rule.band.at_most))
@@ -482,8 +495,11 @@ def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
         ma, mb = _pair(f, Rule(rule.claim, metric="agg_tok_s", a=side, b=ref))
         value, res.measured = _measured_change(ma, mb, tables.NAMES["agg_tok_s"][1])
         passes = _OPS[g["op"]](value, g["threshold"])
-        if passes and g["threshold"] > 0 and _ties(ma, mb):
-            passes, res.reason = False, "the gain is inside the run-to-run range"
+        nz = _noise(f, Rule(rule.claim, metric="agg_tok_s", a=side, b=ref), "agg_tok_s",
+                    ma, mb)
+        res.noise = nz.text()
+        if passes and g["threshold"] > 0 and nz.tie(value):
+            passes, res.reason = False, f"the gain is inside the noise band, ±{nz.band_pct:.1f}%"
     elif g["metric"] == "gsm8k_correct":
         part = _arm_cells(f, arm).filter(pl.col("workload") == "gsm8k")
         if level != "any":
@@ -578,6 +594,19 @@ def _not_testable_beside(f: Finding, claims: Claims, rule: Rule, why: str) -> Ch
     return res
 
 
+def _host_bound(f: Finding, rule: Rule, claims: Claims) -> str | None:
+    """analysis/host_bound.py's rule on the check's baseline: b of a comparison, the arm of a
+    one-sided check, a gate's baseline arm (else its arm) at the gate's level."""
+    if rule.kind == "gate":
+        g = _gate_row(rule)
+        reverse = {pub: arm for arm, pub in claims.arms.items()}
+        arm = reverse.get(g["baseline_arm"]) or reverse.get(g["arm"])
+        return host_bound.reason(f, g["metric"], arm, g["concurrency"]) if arm else None
+    side = rule.b or rule.a
+    level = side.concurrency if isinstance(side.concurrency, int) else None
+    return host_bound.reason(f, rule.metric, side.arm, level)
+
+
 def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
     """One check on one finding."""
     engines, where = _engines(f, rule, claims), _devices(f, rule)
@@ -589,6 +618,8 @@ def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
                            reason="no power source on this run (no NVML GPU): no watts",
                            article=_article_only(f, claims, rule))
     if rule.needs == "drafter_change" and (why := same_drafts(f)):
+        return _not_testable_beside(f, claims, rule, why)
+    if why := _host_bound(f, rule, claims):
         return _not_testable_beside(f, claims, rule, why)
     try:
         return KIND[rule.kind](f, claims, rule)

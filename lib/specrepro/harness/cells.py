@@ -369,6 +369,7 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
         "repeated_4gram_share": repetition(records),
         "length_share": metrics.length_share([r.finish_reason for r in ok]),
         "power_w_mean": report.power_w_mean, "energy_j": report.energy_j,
+        "busy_share": report.busy_share, "busy_source": report.busy_source,
         "tokens_per_joule": metrics.tokens_per_joule(output_tokens, report.energy_j),
         "peak_mem_mib": report.peak_mem_mib if report.peak_mem_mib is not None
         else report.peak_rss_mib,
