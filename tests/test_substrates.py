@@ -295,3 +295,17 @@ def test_a_substitute_gate_is_left_out():
     cmp = compare("05_fp8_drafter_gates", suites=(CPU,))
     assert len(cmp.substrates[0].checks) == len(cmp.claims.checks) == 4
     assert all(isinstance(c, CheckResult) and not c.substitute for c in cmp.substrates[0].checks)
+
+
+def test_each_substrate_says_its_noise_and_how_busy_its_device_was():
+    """issue 30: the index shows the noise and the busy share per substrate."""
+    from specrepro.analysis import report
+
+    d = compare("04_engine_comparison").as_dict()
+    by = {s["params"]: s for s in d["substrates"]}
+    engines = by[ENGINES.params]
+    assert engines["busy"] == "GPU 2-5% busy (profiled)"
+    assert engines["noise"].startswith("±")
+    assert by[EMBEDDED_H200.params]["busy"] == "GPU 40% busy (profiled)"
+    cell = report._substrate_cell(engines)
+    assert f"noise {engines['noise']}" in cell and "GPU 2-5% busy (profiled)" in cell

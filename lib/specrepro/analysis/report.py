@@ -271,7 +271,9 @@ def _substrate_cell(sub: dict | None) -> str:
     checks = " ".join(sub.get("checks") or [])
     return (f"<td class='verdict' data-outcome='{_esc(sub['outcome'])}'>"
             f"{_esc(sub['symbol'])}&nbsp;{_esc(sub['outcome'])}<br><small>checks {_esc(checks)}"
-            f"; {_esc(sub['header'])}</small></td>")
+            f"; {_esc(sub['header'])}" + (f"; noise {_esc(sub['noise'])}" if sub.get("noise")
+                                          else "")
+            + (f"; {_esc(sub['busy'])}" if sub.get("busy") else "") + "</small></td>")
 
 
 def substrates_table(reports: list[Report]) -> str:
@@ -288,8 +290,10 @@ def substrates_table(reports: list[Report]) -> str:
         ("finding", "the notebook; its link opens the report"),
         ("each substrate", ("one suite's stored results (its params file under the name): "
                             "the finding's verdict there, its checks' symbols in the order of "
-                            "the table above, and how many cells were stored, or 'not "
-                            "measured'")),
+                            "the table above, how many cells were stored, the widest noise band "
+                            "its checks met (run-to-run spread or A/A difference: a difference "
+                            "inside it is a tie) and how busy its device was (under 70 %, speed "
+                            "checks are host-bound), or 'not measured'")),
         ("what the difference teaches", ("which checks change verdict between substrates, "
                                          "with each one's effect"))])
     rows = []

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import polars as pl
 
-from specrepro.analysis import tables
+from specrepro.analysis import host_bound, tables
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import (
     Finding,
@@ -86,6 +86,16 @@ class Substrate:
     outcome: str = ""
     symbol: str = ""
     checks: list[CheckResult] = field(default_factory=list)
+    busy: str = ""               # how busy its device was (analysis/host_bound.py), in words
+
+    @property
+    def noise(self) -> str:
+        """The widest noise band its checks met ('±58.7%'), or why none was measured."""
+        bands = [float(m.group(1)) for c in self.checks
+                 if (m := _BAND.match(c.noise or ""))]
+        if bands:
+            return f"±{max(bands):.1f}%"
+        return "not measured" if self.checks else ""
 
     @property
     def header(self) -> str:
@@ -99,7 +109,8 @@ class Substrate:
         return {"params": self.ref.params, "name": self.name, "tag": self.tag,
                 "status": self.status, "header": self.header, "why": self.why,
                 "cells": self.cells, "declared": self.declared, "outcome": self.outcome,
-                "symbol": self.symbol, "checks": [c.symbol for c in self.checks]}
+                "symbol": self.symbol, "checks": [c.symbol for c in self.checks],
+                "noise": self.noise, "busy": self.busy}
 
 
 def replay(params_file: str | Path, notebook_id: str) -> Finding:
@@ -144,10 +155,28 @@ def substrate(ref: SuiteRef, notebook_id: str, claims: Claims) -> Substrate:
     name = f"{', '.join(engine_names(f)) or 'no engine'} on {card(f)}"
     return Substrate(ref, name, _tag(f), "partial" if f.missing else "measured",
                      partial_text(f), f.declared - f.missing, f.declared, measured_substrate(f),
-                     v.outcome, v.symbol, [c for c in v.checks if not c.substitute])
+                     v.outcome, v.symbol, [c for c in v.checks if not c.substitute],
+                     _busy_words(f))
+
+
+def _busy_words(f: Finding) -> str:
+    """How busy the substrate's device was over its arms, short ('GPU 2-5% busy (profiled)');
+    each report's substrate line says where each figure was measured."""
+    got: dict[tuple[str, bool], list[float]] = {}
+    for a in f.study.arms:
+        b = host_bound.busy(f, a.name)
+        if b is not None:
+            got.setdefault((b.device, b.where.startswith("profiled")), []).append(b.share)
+    words = []
+    for (device, profiled), shares in got.items():
+        lo, hi = round(100 * min(shares)), round(100 * max(shares))
+        words.append(f"{device} {lo}{f'-{hi}' if hi != lo else ''}% busy"
+                     + (" (profiled)" if profiled else ""))
+    return "; ".join(words) or "busy share not measured"
 
 
 _WORDS = {"not testable here": "is not testable"}
+_BAND = re.compile(r"±([0-9.]+)%")
 _LEVEL = re.compile(r"\b(stream|streams|T=)")
 
 
@@ -338,7 +367,8 @@ def substrates_html(cmp: Comparison, own_suite: str | None = None) -> str:
                 continue
             why = f" title='{_e(c.reason)}'" if c.reason else ""
             short = f"<br><small>{_e(why_short(c))}</small>" if why_short(c) else ""
-            cells.append(f"<td>{_e(measured_cell(c))}</td><td class='verdict' "
+            band = (f"<br><small class='noise'>noise {_e(c.noise)}</small>" if c.noise else "")
+            cells.append(f"<td>{_e(measured_cell(c))}{band}</td><td class='verdict' "
                          f"data-outcome='{_e(c.outcome)}'{why}>{_e(c.symbol)}&nbsp;"
                          f"{_e(c.outcome)}{short}</td>")
         body.append("<tr class='substrate-check'>" + "".join(cells) + "</tr>")

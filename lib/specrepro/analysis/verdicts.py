@@ -588,7 +588,7 @@ def _not_testable_beside(f: Finding, claims: Claims, rule: Rule, why: str) -> Ch
                       article=_article_only(f, claims, rule))
     try:
         seen = KIND[rule.kind](f, claims, rule)
-        res.article, res.measured = seen.article, seen.measured
+        res.article, res.measured, res.noise = seen.article, seen.measured, seen.noise
     except _Untestable:
         pass
     return res
