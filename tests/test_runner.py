@@ -645,7 +645,7 @@ def test_studies_whose_arms_share_a_profile_share_one_engine_start(
     """Two studies of one command, both with an arm on the same launched profile, and a
     third arm (same profile, other port) of its own: two launches, not three; each study's
     cells and its own copy of the log; the second says whose start it shared."""
-    from specrepro.harness import runner
+    from specrepro.harness import engine_pool, runner
     from specrepro.harness.runner import launch_groups, run_studies
 
     port = free_port()
@@ -664,8 +664,8 @@ def test_studies_whose_arms_share_a_profile_share_one_engine_start(
     stores = [(st, ResultStore(tmp_path / "results", st.name, run_id))
               for st, _, run_id in plans]
     launches = []
-    real_start = runner.start_engine
-    monkeypatch.setattr(runner, "start_engine", lambda arm, *a, **k: (
+    real_start = engine_pool.start_engine
+    monkeypatch.setattr(engine_pool, "start_engine", lambda arm, *a, **k: (
         launches.append(arm.name), real_start(arm, *a, **k))[1])
     summaries = run_studies(stores, progress=False, power_interval_s=0.2)
     assert [(s.ok, s.errors) for s in summaries] == [(1, []), (2, [])]

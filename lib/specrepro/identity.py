@@ -5,7 +5,8 @@ Design:
   everything that defines it (`cell_identity`): the resolved arm's profile with its flags
   and model revisions (`profile_identity`), the workload as declared, the concurrency, the
   sampling, the repeat and its seed, the engine version and the study's measurement
-  settings. The runner keys the results store by it, and the notebooks' loader recomputes it
+  settings (a windowed cell's adds its window's timing, `measurement`: declaring a window
+  changes only the ids of the cells it covers). The runner keys the results store by it, and the notebooks' loader recomputes it
   to keep out stored rows that were measured under other parameters; both call `cell_id`.
 - `digest(*parts, **fields)`: sorted-key compact JSON, sha256, first 16 hex digits (the
   store's cell ids). `params_hash(obj)`: the profile hash a run's manifest records (sorted-key
@@ -89,9 +90,14 @@ def profile_hash(profile: Any) -> str:
     return params_hash(profile_identity(profile))
 
 
-def measurement(study: Any) -> dict:
-    """Study-level settings that change what a cell measures."""
-    return study.model_dump(mode="json", include=MEASUREMENT_FIELDS)
+def measurement(study: Any, cell: Any = None) -> dict:
+    """Study-level settings that change what a cell measures; for a cell timed in the
+    study's steady window (params/window.py), the window's timing too. Only there: a key
+    added to every cell's identity would orphan every stored cell."""
+    out = study.model_dump(mode="json", include=MEASUREMENT_FIELDS)
+    if cell is not None and getattr(study, "window", None) is not None and study.windowed(cell):
+        out["window"] = study.window.timing()
+    return out
 
 
 def cell_identity(study: Any, cell: Any, engine_version: str | None) -> dict:
@@ -107,7 +113,7 @@ def cell_identity(study: Any, cell: Any, engine_version: str | None) -> dict:
         "repeat": cell.repeat,
         "seed": cell.seed,
         "engine_version": engine_version,
-        "measurement": measurement(study),
+        "measurement": measurement(study, cell),
     }
 
 

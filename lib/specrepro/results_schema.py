@@ -84,3 +84,26 @@ LEGACY_ITL = "itl_s"
 CELL_REQUIRED = ("cell_id", "attempt", "status")
 REQUEST_REQUIRED = ("request_idx",)
 DEFAULTS: dict[str, Any] = {"warnings": []}
+
+# issue 30, item 1: how each cell was timed and, for a steady window (harness/steady.py),
+# what the window saw; the order cells were measured in (runner.py: repeats interleaved
+# across a study's arms). Null in cells stored before: their timing was their study's mode
+# and their order is their started_at.
+CELL_SCHEMA |= {
+    "timing": _S,  # "window" (a counter window) or "requests" (every prompt once)
+    "window_start_s": _F,  # the load's start to the window's opening scrape (ramp-up)
+    "window_turnovers_min": _I,  # fewest requests a stream completed inside the window
+    "window_requests": _I,  # requests completed inside the window, every stream
+    # the engine's running and waiting requests as each edge scrape read them
+    "window_running_start": _I, "window_running_end": _I,
+    "window_waiting_start": _I, "window_waiting_end": _I,
+    "window_all_busy": _B,  # every stream busy over the window (steady.window_fields)
+    "round": _I,  # the pass over the study's arms (A B C, A B C): its repeat's round
+    "sequence": _I,  # the cell's position among the cells its command measured, from 0
+    "launch": _I,  # which engine start of its command served it, from 0
+}
+REQUEST_SCHEMA |= {"stream": _I}  # the load generator's worker that sent it
+ADDED_COLUMNS |= {"timing", "window_start_s", "window_turnovers_min", "window_requests",
+                  "window_running_start", "window_running_end", "window_waiting_start",
+                  "window_waiting_end", "window_all_busy", "round", "sequence", "launch",
+                  "stream"}

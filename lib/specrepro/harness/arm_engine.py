@@ -3,7 +3,7 @@ runs (CPU placement), how it is started, and the version an earlier session reco
 
 Design: `ArmEngine` is what a cell measures against, whatever serves it: a launched or
 attached engine (`process.EngineHandle`) or the in-process transformers peer. One launch may
-serve arms of several studies (runner.launch_groups): each study sees it through a copy
+serve arms of several studies (launch_plan.launch_groups): each study sees it through a copy
 naming its own arm (`dataclasses.replace(engine, arm=...)`), and only the launch's own
 object stops it. `placement_for` plans the CPU split under a study's placement policy,
 `session_placement` is the manifest's summary of the arms' placements, and
@@ -113,10 +113,14 @@ def log_name(arm: ResolvedArm) -> str:
 
 def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
                  placement: process.Placement | None = None,
-                 pid_dir: Path | None = None) -> ArmEngine:
+                 pid_dir: Path | None = None, port: int | None = None) -> ArmEngine:
     """The arm's engine started (its pid file in pid_dir: lifecycle.engines_dir), or the
-    in-process peer loaded."""
+    in-process peer loaded. `port`: where a launched engine listens instead of its
+    profile's (engines side by side, engine_pool.py); the arm keeps its resolved profile,
+    whose identity the cells carry."""
     profile = arm.resolved
+    if port is not None and port != profile.port:
+        profile = profile.model_copy(update={"port": port})
     if profile.engine == "transformers":
         from specrepro.harness.peer import TransformersPeer
 

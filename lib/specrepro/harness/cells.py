@@ -22,6 +22,12 @@ Design:
   guidellm and `vllm bench serve` report (metrics.request_mean_itl_s). Beside them, the
   engine's own histograms over the same scrapes (`engine_*_ms`, harness/engine_latency.py):
   queue, prefill, decode, TTFT, ITL and end to end as the engine stamped them.
+- Timing (`timing_fields`): a cell the study's `window:` covers is read over its steady
+  window (counters from the window's opening scrape to its closing one, harness/steady.py,
+  which also says whether every stream was busy), and its client latencies over the
+  requests sent and answered inside the window (`steady.inside`); every other cell as its
+  study's `mode` says, over the whole load (requests) or from the load's start (legacy
+  window).
 - Counter deltas that do not match the tokens the client saw (another client's traffic, a
   restart) set `counters_consistent=False` with a warning (`consistency`); `/metrics`
   missing leaves what it feeds empty, with a warning naming the URL and those
@@ -40,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from specrepro import metrics
 from specrepro.grading import grade_gsm8k
-from specrepro.harness import engine_latency, power, promtext
+from specrepro.harness import engine_latency, power, promtext, steady
 from specrepro.harness.loadgen import LoadResult, RequestRecord
 from specrepro.harness.process import StartupInfo
 from specrepro.params import Cell, ResolvedStudy
@@ -194,13 +200,14 @@ def sglang_counter_counts(delta: promtext.SpecCounters | None, warnings: list[st
 
 
 def counters_delta(result: LoadResult, family: str, end: str, warnings: list[str],
-                   url: str | None = None) -> promtext.SpecCounters | None:
-    """before → `end` ('after' or 'window') as a SpecCounters delta; None with a warning
-    naming the URL and what is lost."""
+                   url: str | None = None, begin: str = "before"
+                   ) -> promtext.SpecCounters | None:
+    """`begin` ('before', or 'start': a steady window's opening) → `end` ('after' or
+    'window') as a SpecCounters delta; None with a warning naming the URL and what is lost."""
     if family == "transformers":
         return None
     engine = family if family in promtext.ENGINE_FAMILY else "vllm"
-    before, after = result.before, getattr(result, end)
+    before, after = getattr(result, begin), getattr(result, end)
     if before is None or after is None:
         where = f"{url}/metrics" if url else "/metrics"
         msg = (f"{where} did not answer: not measured: "
@@ -326,9 +333,12 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
     """Every figure of the cells row, from the measured records, counters and power."""
     p, records = eng.profile, result.records
     ok = [r for r in records if r.ok]
-    window = study.mode == "window"
+    steady_window = study.windowed(cell)  # else the study's mode times it
+    window = steady_window or study.mode == "window"
     url = eng.handle.url if eng.handle is not None else None
-    delta = counters_delta(result, eng.family, "window" if window else "after", warnings, url)
+    begin = "start" if steady_window else "before"
+    delta = counters_delta(result, eng.family, "window" if window else "after", warnings, url,
+                           begin)
     full = counters_delta(result, eng.family, "after", warnings, url) if window else delta
     output_tokens = sum(r.completion_tokens or 0 for r in ok)
     if window:  # the decode rate over the window: the engine's counter, else what arrived
@@ -362,8 +372,10 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
         "n_requests": len(records), "n_errors": len(records) - len(ok),
         "prompt_tokens": sum(r.prompt_tokens or 0 for r in ok), "output_tokens": output_tokens,
         "wall_s": result.wall_s, "agg_tok_s": agg, "per_stream_tok_s": per_stream,
-        **latency_fields(records), **acc,
-        **engine_latency.fields(result.before, getattr(result, "window" if window else "after"),
+        **latency_fields(steady.inside(records, result.span) if steady_window and result.span
+                         else records), **acc,
+        **engine_latency.fields(getattr(result, begin),
+                                getattr(result, "window" if window else "after"),
                                 eng.family, result.wall_s),
         "step_ms": metrics.step_ms(step_len, per_stream),
         "repeated_4gram_share": repetition(records),
@@ -375,7 +387,28 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
         else report.peak_rss_mib,
         "kv_pool_tokens": kv_pool, "max_concurrency": startup.max_concurrency,
         "counters_consistent": consistency(full, records, warnings),
+        **timing_fields(study, cell, eng.family, result, warnings),
     }
+
+
+def timing_fields(study: ResolvedStudy, cell: Cell, family: str, result: LoadResult,
+                  warnings: list[str]) -> dict:
+    """How the cell was timed (`timing`: window or requests) and, for a steady window, what
+    it saw (harness/steady.py); a cell that ended before its window closed has none."""
+    if not study.windowed(cell):
+        return {"timing": study.mode, **steady.NOT_WINDOWED}
+    if result.start_at is None or result.end_at is None:
+        return {"timing": "window", **steady.NOT_WINDOWED}
+    engine = family if family in promtext.ENGINE_FAMILY else None
+    return steady.window_fields(result, cell.concurrency, study.window,
+                                steady.gauges(_parsed(result.start, engine)),
+                                steady.gauges(_parsed(result.window, engine)), warnings)
+
+
+def _parsed(text: str | None, engine: str | None) -> promtext.SpecCounters | None:
+    """One scrape's snapshot, or None (no text, no known engine, unparsable)."""
+    if text is None or engine is None:
+        return None
 
 
 def request_rows(records: Sequence[RequestRecord], grades: dict[int, dict]) -> list[dict]:

@@ -11,6 +11,13 @@ Design:
   after warm-up (`before`), at the window's end (`window`), after the last request
   (`after`). Warm-up requests use prompts of their own, so the measured prompts do not hit
   a prefix cache the warm-up filled.
+- A window with `LoadConfig.steady` (a study's `window:` block, harness/steady.py) is a
+  steady one: it opens (`start` scrape) `skip_s` after the load starts and once every
+  stream has received a token, closes at the first `GRID_S` tick past `window_s` where every
+  stream has completed `turnovers` requests inside it (at `max_window_s` at the latest),
+  and output caps are spread request by request (`steady.spread_cap`). Each request
+  records its stream (the worker that sent it); `LoadResult` keeps each edge scrape's
+  monotonic bounds, so ramp-up and drain fall outside the span by construction.
 - Every request is streamed with `stream_options: {include_usage, continuous_usage_stats}`
   where the engine has it, so a chunk carrying m tokens (a speculative step) is counted as
   m tokens: its gap since the previous token-carrying chunk is split into m inter-token
@@ -69,6 +76,7 @@ from typing import Any
 
 import aiohttp
 
+from specrepro.harness import steady
 from specrepro.metrics import arrival_gaps_us
 from specrepro.workloads import Prompt
 
@@ -117,6 +125,7 @@ class LoadConfig:
     extra_body: dict = field(default_factory=dict)  # e.g. SGLang's return_spec_tokens_details
     request_timeout_s: float = 600.0
     api: str = "openai"  # openai | native (SGLang's POST /generate; APIS)
+    steady: Any = None  # params.window.Window: mode window is a steady window (steady.py)
 
     @property
     def features(self) -> dict[str, bool]:
@@ -146,6 +155,7 @@ class RequestRecord:
     # speculative fields and token counts of a native /generate's final meta_info)
     spec: dict | None = None
     warmup: bool = False
+    stream: int | None = None  # the worker (stream) that sent it, 0 .. concurrency-1
 
     @property
     def ok(self) -> bool:
@@ -176,7 +186,7 @@ class RequestRecord:
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "text": self.text,
                 "token_ids": self.token_ids, "finish_reason": self.finish_reason,
-                "error": self.error}
+                "error": self.error, "stream": self.stream}
 
 
 class StreamTimer:
@@ -377,6 +387,12 @@ class LoadResult:
     window: Any = None  # scrape() at the window's end (window mode)
     after: Any = None  # scrape() once every request ended
     span: tuple[float, float] | None = None  # monotonic start/end of the measured span
+    start: Any = None  # scrape() as a steady window opens (None: the span opens at `before`)
+    load_start: float | None = None  # monotonic: the measured load's first send
+    # monotonic bounds of the steady window's opening and closing scrapes (the counters
+    # were read somewhere inside each; the span runs midpoint to midpoint)
+    start_at: tuple[float, float] | None = None
+    end_at: tuple[float, float] | None = None
 
     def tokens_in_span(self) -> int:
         """Output tokens the client received inside the span (window mode's client count)."""
@@ -392,8 +408,9 @@ class LoadGenerator:
     def __init__(self, cfg: LoadConfig):
         if cfg.mode not in ("requests", "window"):
             raise ValueError(f"load mode: expected 'requests' or 'window', found {cfg.mode!r}")
-        if cfg.mode == "window" and not cfg.window_s:
-            raise ValueError("load mode 'window': expected window_s > 0, found none")
+        if cfg.mode == "window" and not cfg.window_s and cfg.steady is None:
+            raise ValueError("load mode 'window': expected window_s > 0 or a steady window, "
+                             "found neither")
         if cfg.api not in APIS:
             raise ValueError(f"load api: expected one of {list(APIS)}, found {cfg.api!r}")
         if cfg.api == "native" and cfg.engine not in NATIVE_ENGINES:
@@ -402,6 +419,7 @@ class LoadGenerator:
         self.cfg = cfg
         self.records: list[RequestRecord] = []
         self.warmup_records: list[RequestRecord] = []
+        self.live: dict[int, RequestRecord] = {}  # stream -> its request in flight
 
     def run(self, prompts: Sequence[Prompt], scrape: Scrape | None = None) -> LoadResult:
         """Warm up, scrape, send the load, scrape; blocking (asyncio.run inside)."""
@@ -425,11 +443,13 @@ class LoadGenerator:
                                         warmup=True)
             result = LoadResult(self.records, None)
             result.before = await _call(scrape)
-            start = time.monotonic()
+            start = result.load_start = time.monotonic()
             if cfg.mode == "requests":
                 await self._closed_loop(session, list(enumerate(prompts)), self.records)
                 end = max((r.started + (r.e2e_s or 0.0) for r in self.records), default=start)
                 result.wall_s, result.span = end - start, (start, end)
+            elif cfg.steady is not None:
+                await steady.run_window(self, session, prompts, result, scrape, start)
             else:
                 await self._window(session, prompts, result, scrape, start)
             result.after = await _call(scrape)
@@ -447,8 +467,9 @@ class LoadGenerator:
             i = next(counter)
             return i, prompts[i % len(prompts)]
 
-        workers = [asyncio.create_task(self._worker(session, next_item, self.records))
-                   for _ in range(self.cfg.concurrency)]
+        workers = [asyncio.create_task(self._worker(session, next_item, self.records,
+                                                    stream=i))
+                   for i in range(self.cfg.concurrency)]
         await asyncio.sleep(self.cfg.window_s)
         result.window = await _call(scrape)
         end = time.monotonic()
@@ -464,21 +485,25 @@ class LoadGenerator:
             return queue.pop() if queue else None
 
         n = min(self.cfg.concurrency, len(items))
-        await asyncio.gather(*(self._worker(session, next_item, sink, warmup)
-                               for _ in range(n)))
+        await asyncio.gather(*(self._worker(session, next_item, sink, warmup, stream=i)
+                               for i in range(n)))
 
     async def _worker(self, session, next_item, sink: list[RequestRecord],
-                      warmup: bool = False) -> None:
+                      warmup: bool = False, stream: int | None = None) -> None:
         while (item := next_item()) is not None:
             idx, prompt = item
-            await self.send(session, idx, prompt, sink, warmup)
+            await self.send(session, idx, prompt, sink, warmup, stream)
 
     async def send(self, session: aiohttp.ClientSession, idx: int, prompt: Prompt,
-                   sink: list[RequestRecord], warmup: bool = False) -> RequestRecord:
+                   sink: list[RequestRecord], warmup: bool = False,
+                   stream: int | None = None) -> RequestRecord:
         """One streaming request, appended to sink when it ends (also when cancelled);
-        never raises for a failed request, only records it."""
+        never raises for a failed request, only records it. While it streams it is its
+        stream's entry in `live`."""
         seed = request_seed(self.cfg.seed + (10**6 if warmup else 0), idx)
-        record = RequestRecord(idx, prompt.id, seed, warmup=warmup)
+        record = RequestRecord(idx, prompt.id, seed, warmup=warmup, stream=stream)
+        if stream is not None and not warmup:
+            self.live[stream] = record
         path, body = request_body(prompt, self.cfg, seed)
         timer = NativeStreamTimer(record) if self.cfg.api == "native" else StreamTimer(record)
         record.started = time.monotonic()

@@ -1,16 +1,22 @@
 """A study → cells and requests in the results store (the command line is run_command.py).
 
 Design:
-- `run_studies([(study, store), ...])` walks the studies' cells engine by engine: the arms
-  of all the studies are grouped by the engine they need (`launch_groups`: one group per
-  resolved profile and placement policy, each study's baseline arm first, so the others can
-  be compared with it), and each group's engine is launched once through its adapter (or
-  attached to, or the in-process transformers peer loaded) and serves its arms' cells in
-  turn: on a fresh GPU machine a start is 1-2 minutes and a cell seconds. Per cell
-  (workload × concurrency × sampling × repeat): skip it if the store has an `ok` attempt
-  (resume), scrape `/metrics` before and after the measured load (inside the load
-  generator, after warm-up), sample power and memory, and append one attempt with its
-  requests. Each study keeps its own session; one that ran on another study's engine
+- `run_studies([(study, store), ...])` walks the studies' cells in rounds, engine by
+  engine: the arms of all the studies are grouped by the engine they need (`launch_groups`,
+  launch_plan.py: one group per resolved profile and placement policy, each study's
+  baseline arm first, so the others can be compared with it). Round r measures repeat r of
+  every group's arms in that order, so a study's repeats run A B C, A B C, never back to
+  back (`run_group`); a group's engine is launched through its adapter (or attached to, or
+  the in-process transformers peer loaded) when the group first has cells in a round, and
+  either stopped after them (restart: every repeat a fresh start) or kept up side by side
+  until the run ends (engine_pool.py; the studies' `interleave`). Per cell (workload ×
+  concurrency × sampling × repeat): skip it if the store has an `ok` attempt (resume, so
+  a re-run after an interruption measures each missing cell once, in the same order),
+  scrape `/metrics` at the measured span's edges (inside the load generator, after
+  warm-up; a study's `window:` cells over a steady window, harness/steady.py), sample
+  power and memory, and append one attempt with its requests and its place in the order
+  (`round`, `sequence`: its position among the command's measured cells, `launch`: the
+  engine start that served it). Each study keeps its own session; one that ran on another study's engine
   start says so in its engine entry (`shared_launch`) and keeps its own copy of that
   launch's log. The row's figures come from `cells.py` (which takes each formula from
   `metrics.py`); nothing is computed here. `run_study` is the one-study case.
@@ -19,8 +25,8 @@ Design:
   version an earlier session recorded in the manifest for the same arm and profile hash is
   tried first.
 - Faults: a cell whose engine dies is appended as `failed` with the first request error
-  and the engine log's tail, the arm's remaining cells are left for a re-run, and the run
-  goes on with the next arm. `/metrics` missing or counters that do not match what the
+  and the engine log's tail, the arm's remaining cells (this round's and later ones') are
+  left for a re-run, and the run goes on with the next arm. `/metrics` missing or counters that do not match what the
   client saw are warnings of the cell (`cells.py`). Ctrl-C records the current
   cell as `interrupted` with the requests that ended, stops the engine and ends the
   session as interrupted; a second run resumes. SIGTERM and SIGHUP take the same path
@@ -75,7 +81,7 @@ from typing import Any
 from tqdm import tqdm
 
 from specrepro import identity
-from specrepro.compaction import append_log, pack_log
+from specrepro.compaction import pack_log
 from specrepro.harness import engines, lifecycle, power, process, promtext
 from specrepro.harness.arm_engine import (
     ArmEngine,
@@ -83,7 +89,6 @@ from specrepro.harness.arm_engine import (
     log_name,
     placement_for,
     session_placement,
-    start_engine,
 )
 from specrepro.harness.cells import (
     baseline_requests,
@@ -99,11 +104,16 @@ from specrepro.harness.deadline import (
     ctrl_c_raises,
     start_repays,
 )
+from specrepro.harness.engine_pool import EnginePool, Launch, choose_keep
+from specrepro.harness.launch_plan import (  # noqa: F401 (check_arms: the commands' API)
+    check_arms,
+    chosen_arms,
+    launch_groups,
+)
 from specrepro.harness.loadgen import LoadConfig, LoadGenerator, LoadResult, RequestRecord
 from specrepro.params import (
     Cell,
     ParamsError,
-    Problem,
     ResolvedArm,
     ResolvedStudy,
 )
@@ -154,8 +164,10 @@ def load_config(study: ResolvedStudy, cell: Cell, eng: ArmEngine, timeout_s: flo
     extras = eng.handle.request_extras() if eng.handle is not None else {}
     return LoadConfig(
         url=eng.handle.url if eng.handle is not None else "inprocess",
-        model=p.model.served_name or p.model.id, concurrency=cell.concurrency, mode=study.mode,
-        window_s=study.window_s, warmup=study.warmup, temperature=cell.sampling.temperature,
+        model=p.model.served_name or p.model.id, concurrency=cell.concurrency,
+        mode="window" if study.windowed(cell) else study.mode, window_s=study.window_s,
+        steady=study.window if study.windowed(cell) else None,
+        warmup=study.warmup, temperature=cell.sampling.temperature,
         top_p=cell.sampling.top_p, top_k=cell.sampling.top_k, seed=cell.seed,
         ignore_eos=study.ignore_eos, thinking=study.thinking,
         reasoning_effort=study.reasoning_effort,
@@ -195,6 +207,11 @@ class _Run:
     prompts_of: dict[str, list[Prompt]] = field(default_factory=dict)
     versions: dict[str, str | None] = field(default_factory=dict)  # arm -> its engine's version
     placements: dict[str, process.Placement] = field(default_factory=dict)
+    # where the cell being measured stands: its round (A B C, A B C), its position among
+    # the command's measured cells (the one counter every study shares), its engine start
+    round: int = 0
+    sequence: list[int] = field(default_factory=lambda: [0])
+    launch: int | None = None
 
     def fits(self) -> bool:
         """Whether one more cell ends before the deadline."""
@@ -271,97 +288,38 @@ def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
                disable=not progress)
     cell_s: list[float] = []
     start_s: list[float] = []
+    sequence = [0]  # one counter for every study of the command
     ctxs = [_Run(study, store, bar, power_interval_s, request_timeout_s,
                  [IGNORE_EOS_WARNING] if study.ignore_eos else [],
                  set() if fresh else store.completed_cell_ids(), deadline, archive, names,
-                 cell_s, start_s)
+                 cell_s, start_s, sequence=sequence)
             for (study, store), names in zip(plans, chosen)]
     with ctrl_c_raises(), lifecycle.stop_signals():
         _run_all(ctxs, Path(root), command)
     return [ctx.summary for ctx in ctxs]
 
 
-def chosen_arms(studies: Sequence[ResolvedStudy], arms: Sequence[str] = (),
-                engines_: Sequence[str] = ()) -> list[set[str]]:
-    """Per study, the arms a run measures: those named (--arm; all where none is) whose
-    profile runs on an engine named (--engine; any where none is); names checked first."""
-    for study in studies:
-        check_arms(study, arms)
-    check_engines(studies, engines_)
-    return [{a.name for a in study.arms if (not arms or a.name in arms)
-             and (not engines_ or a.resolved.engine in engines_)} for study in studies]
-
-
-def check_arms(study: ResolvedStudy, arms: Sequence[str]) -> None:
-    """ParamsError naming the first of `arms` (--arm) the study does not have."""
-    names = [a.name for a in study.arms]
-    unknown = [a for a in arms if a not in names]
-    if unknown:
-        raise ParamsError([Problem(study.source, "arms", f"--arm: expected an arm of study "
-                                   f"{study.name} ({', '.join(names)}), found {unknown[0]!r}")])
-
-
-def check_engines(studies: Sequence[ResolvedStudy], engines_: Sequence[str]) -> None:
-    """ParamsError naming the first of `engines_` (--engine) that no arm of the studies
-    runs on, with the engines they do run on."""
-    have = sorted({a.resolved.engine for st in studies for a in st.arms})
-    unknown = [e for e in engines_ if e not in have]
-    if unknown:
-        names = ", ".join(st.name for st in studies)
-        raise ParamsError([Problem(studies[0].source if len(studies) == 1 else "--engine",
-                                   "arms", f"--engine: expected an engine the arms of {names} "
-                                   f"run on ({', '.join(have)}), found {unknown[0]!r}")])
-
-
-def launch_groups(ctxs: Sequence[_Run]) -> list[list[tuple[_Run, ResolvedArm]]]:
-    """The arms of every study grouped by the engine they need: one group per resolved
-    profile (profile_hash: flags, env, port, models and their content) and placement
-    policy. One engine start serves a group's arms one after another (a start is 1-2
-    minutes on a fresh GPU machine; a cell is seconds), so a command's studies that share a
-    profile share its start; the cells run exactly as they would on a start of their own.
-    Order: each study's baseline group before the study's other groups (its arms are
-    compared with the baseline's stored outputs), otherwise in order of first appearance;
-    where studies' baselines contradict each other (A's baseline is B's other arm and back)
-    the first appearance decides."""
-    keyed: dict[tuple[str, str], list[tuple[_Run, ResolvedArm]]] = {}
-    for ctx in ctxs:
-        for arm in ctx.arms():  # baseline first
-            key = (identity.profile_hash(arm.resolved), ctx.study.placement)
-            keyed.setdefault(key, []).append((ctx, arm))
-    groups = list(keyed.values())
-    where = {(id(ctx), arm.name): i for i, g in enumerate(groups) for ctx, arm in g}
-    after: dict[int, set[int]] = {i: set() for i in range(len(groups))}  # i runs after these
-    for ctx in ctxs:
-        arms = ctx.arms()
-        if arms and arms[0].name == ctx.study.baseline:
-            first = where[(id(ctx), arms[0].name)]
-            for arm in arms[1:]:
-                if where[(id(ctx), arm.name)] != first:
-                    after[where[(id(ctx), arm.name)]].add(first)
-    order: list[int] = []
-    while len(order) < len(groups):
-        left = [i for i in range(len(groups)) if i not in order]
-        ready = [i for i in left if after[i] <= set(order)]
-        order.append(min(ready or left))
-    return [groups[i] for i in order]
-
-
 def _run_all(ctxs: Sequence[_Run], root: Path, command: list[str] | None) -> None:
     cpus = process.allowed_cpus()  # before any pinning: what the machine gives this process
+    keep, note = choose_keep([ctx.study for ctx in ctxs], [a for ctx in ctxs for a in ctx.arms()])
     for ctx in ctxs:
         ctx.store.begin_session({
             "params": ctx.study.model_dump(mode="json"), "command": command,
             "power_note": power.nvml_note(), "warnings": ctx.warnings,
             "placement": session_placement(ctx.placements),
+            "interleave": {"side_by_side": keep, "note": note},
             "deadline": ctx.deadline.record() if ctx.deadline else None,
             "arms_run": sorted(ctx.chosen) if len(ctx.chosen) < len(ctx.study.arms) else None})
         if ctx.archive is not None:
             ctx.archive.add(ctx.store)
     ctxs[0].save()
     stopped = None
-    try:
-        for group in launch_groups(ctxs):
-            run_group(group, root, cpus)
+    pool = EnginePool(keep)
+    try:  # round r: repeat r of every arm, group by group (A B C, A B C)
+        groups = launch_groups(ctxs)
+        for rnd in range(max(ctx.study.repeats for ctx in ctxs)):
+            for key, group in enumerate(groups):
+                run_group(group, root, cpus, pool, key, rnd)
     except _AtDeadline:
         stopped = "deadline"
     except KeyboardInterrupt:
@@ -369,6 +327,7 @@ def _run_all(ctxs: Sequence[_Run], root: Path, command: list[str] | None) -> Non
         stopped = "deadline" if deadline and deadline.fired else "ctrl-c"
     finally:
         with lifecycle.shielded():  # the engines are stopped: a stop signal now ends nothing
+            pool.stop_all()  # those kept side by side
             with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) fails its writes
                 ctxs[0].bar.close()
             for ctx in ctxs:
@@ -399,34 +358,74 @@ def end_run(ctx: _Run) -> None:
 
 
 def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
-              cpus: tuple[int, ...] | None) -> None:
-    """One engine for a launch group: started if any of its arms has cells to measure,
-    then each arm's cells in turn, then stopped. A study other than the first that used
-    the engine gets its own copy of this launch's log and an engine entry that says whose
-    launch it shared."""
-    todo, left = [], 0  # left: the group's cells not yet measured
+              cpus: tuple[int, ...] | None, pool: EnginePool, key: int, rnd: int) -> None:
+    """A launch group's cells of round `rnd`: its engine started if it is not up and any
+    of its arms has such a cell left, each arm's cells in turn, then the engine released
+    (stopped unless the pool keeps engines side by side: engine_pool.py). A study other
+    than the launching one gets its own copy of the launch's log and an engine entry that
+    says whose launch it shared."""
+    todo, left, later = [], 0, 0  # left: the round's cells not yet measured; later: after it
+    live = pool.get(key)
     for ctx, arm in group:
-        cells = ctx.cells_of(arm)
-        version = ctx.versions[arm.name] = known_version(ctx.store, arm)
+        version = live.eng.version if live is not None else known_version(ctx.store, arm)
+        ctx.versions[arm.name] = version
+        cells = [c for c in ctx.cells_of(arm) if c.repeat == rnd]
         pending = sum(identity.cell_id(ctx.study, c, version) not in ctx.done for c in cells)
-        if not pending:
-            ctx.summary.skipped += len(cells)
+        later += sum(identity.cell_id(ctx.study, c, version) not in ctx.done
+                     for c in ctx.cells_of(arm) if c.repeat > rnd)
+        if not pending or key in pool.dead:  # dead: left for a re-run, said once already
+            ctx.summary.skipped += len(cells) if not pending else 0
             ctx.bar.update(len(cells))
         else:
             todo.append((ctx, arm, cells))
             left += pending
     if not todo:
         return
+    if live is None:
+        live = start_group(todo, root, cpus, pool, key, left + (later if pool.keep else 0))
+        if live is None:
+            return
+    eng = live.eng
+    pinned = eng.placement is not None and eng.placement.pinned
+    saved: dict[int, set[int]] = {}
+    try:
+        if pinned:  # the load generator off the engine's CPUs for the arm's cells
+            saved = process.pin_process(eng.placement.client_cpus)
+        for i, (ctx, arm, cells) in enumerate(todo):
+            view = eng if arm is eng.arm else dataclasses.replace(eng, arm=arm)
+            announce(ctx, arm, view, live)
+            ctx.round, ctx.launch = rnd, live.index
+            run_arm(ctx, view, cells)
+            if not eng.alive():
+                pool.dead.add(key)
+                for ctx_left, arm_left, cells_left in todo[i + 1:]:  # left for a re-run
+                    ctx_left.summary.errors.append(
+                        f"arm {arm_left.name!r}: the engine it shared with arm {arm.name!r} "
+                        f"of {ctx.study.name} died; its cells are left for a re-run")
+                    ctx_left.bar.update(len(cells_left))
+                break
+    finally:
+        if pinned:
+            process.restore(saved, cpus)
+        pool.release(key)
+
+
+def start_group(todo, root: Path, cpus, pool: EnginePool, key: int, serves: int
+                ) -> Launch | None:
+    """The group's engine started for its first arm with cells (`serves`: the cells the
+    start serves, for the deadline); None, with each arm's error recorded and the group
+    dead for the run, where it fails to start."""
     first, arm0, _ = todo[0]
-    if not first.start_fits(left):
+    if not first.start_fits(serves):
         raise _AtDeadline
     started = time.monotonic()
     try:
         with first.armed():
-            eng = start_engine(arm0, first.store.logs_dir, root,
-                               placement_for(arm0, first.study.placement, cpus),
-                               lifecycle.engines_dir(first.store.root.parent.parent))
+            live = pool.start(key, arm0, first.store.logs_dir, root,
+                              placement_for(arm0, first.study.placement, cpus),
+                              lifecycle.engines_dir(first.store.root.parent.parent))
     except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
+        pool.dead.add(key)
         failed_log = first.store.logs_dir / log_name(arm0)
         if failed_log.is_file():  # its tail is in the error; the whole log stays, gzipped
             pack_log(failed_log)
@@ -437,67 +436,40 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
                 "profile_hash": identity.profile_hash(arm.resolved), "error": str(err)}])
             ctx.bar.update(len(cells))
         first.save()
-        return
+        return None
     first.start_s.append(time.monotonic() - started)
     # start to ready as this process saw it, for an engine it launched (the engine's own
     # log times the parts)
-    launched = eng.handle is not None and not eng.handle.attached
-    ready_s = round(first.start_s[-1], 1) if launched else None
-    pinned = eng.placement is not None and eng.placement.pinned
-    saved: dict[int, set[int]] = {}
-    copies: list[Path] = []
-    log = eng.handle.log_path if launched and eng.handle.log_path is not None else None
-    try:
-        if pinned:  # the load generator off the engine's CPUs for the arm's cells
-            saved = process.pin_process(eng.placement.client_cpus)
-        for i, (ctx, arm, cells) in enumerate(todo):
-            view = eng if i == 0 else dataclasses.replace(eng, arm=arm)
-            entry = {**view.describe(), "ready_s": ready_s}
-            if log is not None:  # gzipped once the engine stops (compaction.pack_log)
-                entry["log"] = f"{log}.gz"
-            if i and log is not None:
-                copies.append(ctx.store.logs_dir / log_name(arm))
-                entry.update(log=f"{copies[-1]}.gz", shared_launch={
-                    "study": first.study.name, "arm": arm0.name,
-                    "note": "one engine start served both arms (same resolved profile)"})
-            ctx.versions[arm.name] = view.version
-            ctx.placements[arm.name] = view.placement
-            # the model and drafter as the cells' identity holds them: a local folder with
-            # its content fingerprint, so a later mismatch can name the folder that changed
-            ident = identity.profile_identity(arm.resolved)
-            ctx.store.update_session(
-                engines=[entry], placement=session_placement(ctx.placements),
-                models=[ident["model"]] + ([ident["drafter"]] if arm.resolved.drafter
-                                           else []))
-            ctx.save()
-            run_arm(ctx, view, cells)
-            if i + 1 < len(todo) and not eng.alive():
-                for ctx_left, arm_left, cells_left in todo[i + 1:]:  # left for a re-run
-                    ctx_left.summary.errors.append(
-                        f"arm {arm_left.name!r}: the engine it shared with arm {arm.name!r} "
-                        f"of {ctx.study.name} died; its cells are left for a re-run")
-                    ctx_left.bar.update(len(cells_left))
-                break
-    finally:
-        # the launch's last /metrics, every family whole (the cells keep only what they
-        # read): beside its log in the launching study's store (not copied to the studies
-        # that rode on it: some 10 KB gzipped a launch), <arm>--<profile>.metrics.txt.gz
-        final = eng.scrape() if log is not None and eng.alive() else None
-        eng.stop()
-        if pinned:
-            process.restore(saved, cpus)
-        if log is not None and log.is_file():
-            text = eng.handle.log_text()
-            for path in copies:  # each store keeps the log of every engine its cells ran on
-                append_log(path, text)
-            pack_log(log)
-        if final:
-            append_log(metrics_name(log), final)
+    live.ready_s = round(first.start_s[-1], 1) if live.log is not None else None
+    live.study = first.study.name
+    return live
 
 
-def metrics_name(log: Path) -> Path:
-    """Where a launch's last /metrics text goes beside its log (`.metrics.txt`, gzipped)."""
-    return log.with_name(log.name.removesuffix(".log") + ".metrics.txt")
+def announce(ctx: _Run, arm: ResolvedArm, view: ArmEngine, live: Launch) -> None:
+    """The arm's engine entry in its session's manifest, once per launch: a study other
+    than the launching arm's gets a copy of the launch's log (gzipped when it stops)."""
+    if (id(ctx), arm.name) in live.announced:
+        return
+    log = live.log
+    entry = {**view.describe(), "ready_s": live.ready_s, "launch": live.index}
+    if log is not None:  # gzipped once the engine stops (compaction.pack_log)
+        entry["log"] = f"{log}.gz"
+    launcher = live.eng.arm
+    if arm is not launcher and log is not None:
+        live.copies.append(ctx.store.logs_dir / log_name(arm))
+        entry.update(log=f"{live.copies[-1]}.gz", shared_launch={
+            "study": live.study, "arm": launcher.name,
+            "note": "one engine start served both arms (same resolved profile)"})
+    live.announced.add((id(ctx), arm.name))
+    ctx.versions[arm.name] = view.version
+    ctx.placements[arm.name] = view.placement
+    # the model and drafter as the cells' identity holds them: a local folder with its
+    # content fingerprint, so a later mismatch can name the folder that changed
+    ident = identity.profile_identity(arm.resolved)
+    ctx.store.update_session(
+        engines=[entry], placement=session_placement(ctx.placements),
+        models=[ident["model"]] + ([ident["drafter"]] if arm.resolved.drafter else []))
+    ctx.save()
 
 
 def run_arm(ctx: _Run, eng: ArmEngine, cells: Sequence[Cell]) -> None:
@@ -533,6 +505,8 @@ def run_cell(ctx: _Run, eng: ArmEngine, cell: Cell, cid: str, prompts: list[Prom
     """Measure one cell and append its attempt; returns its status. Ctrl-C, or the deadline
     passing, stores it as interrupted (archived too) and propagates."""
     study, store = ctx.study, ctx.store
+    order = {"round": ctx.round, "sequence": ctx.sequence[0], "launch": ctx.launch}
+    ctx.sequence[0] += 1
     warnings = list(ctx.warnings) + list(eng.handle.warnings if eng.handle else [])
     if eng.peer is not None:
         from specrepro.harness.peer import DERIVED_NOTE
@@ -558,7 +532,7 @@ def run_cell(ctx: _Run, eng: ArmEngine, cell: Cell, cid: str, prompts: list[Prom
         report = sampler.stop()
         result = LoadResult(records, None)
         append(store, study, cell, cid, eng, result, report, prompts, warnings,
-               "interrupted", ctx.interrupted_why(), started)
+               "interrupted", ctx.interrupted_why(), started, order)
         ctx.summary.interrupted += 1
         ctx.save()
         raise
@@ -576,12 +550,12 @@ def run_cell(ctx: _Run, eng: ArmEngine, cell: Cell, cid: str, prompts: list[Prom
         tqdm.write(f"{study.name}: cell {cid} (arm {cell.arm.name!r}, {cell.workload.name}, "
                    f"{cell.concurrency} streams): {error}", file=sys.stderr)
     append(store, study, cell, cid, eng, result, report, prompts, warnings, status, error,
-           started)
+           started, order)
     return status
 
 
 def append(store, study, cell, cid, eng, result, report, prompts, warnings, status, error,
-           started) -> None:
+           started, order) -> None:
     grades = grade(result.records, {p.id: p for p in prompts})
     row = cell_row(study, cell, eng, result, report, warnings)
     row.update(gsm8k_fields(grades))
@@ -591,5 +565,5 @@ def append(store, study, cell, cid, eng, result, report, prompts, warnings, stat
     if n_err and status == "ok":
         warnings.append(f"{n_err} of {row['n_requests']} requests failed")
     row.update(cell_id=cid, status=status, error=error, started_at=started, ended_at=now(),
-               warnings=warnings)
+               warnings=warnings, **order)
     store.append_cell(row, request_rows(result.records, grades))

@@ -83,6 +83,7 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
     binding = suite.binding(notebook_id)
     section = suite.section(notebook_id)
     tree = read_tree(suite.study_path(notebook_id))
+    _suite_window(tree, suite)
     deep_merge(tree, suite._tree, (), (section, notebook_id, "overrides"))
     kind = "notebook" if section == "notebooks" else "study"
     context = f"resolving {kind} {notebook_id} of suite {_display_file(suite.path)}"
@@ -121,6 +122,20 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
     if problems:
         raise ParamsError(problems, context)
     return study
+
+
+def _suite_window(study: Tree, suite: Suite) -> None:
+    """The suite's `window:` on a study that declares one (params/window.py), before the
+    notebook's own overrides: a mapping sizes it for the suite's substrate, null switches it
+    off (a suite whose stored cells were measured without one). A study that declares no
+    window gets none from its suite."""
+    if suite._tree is None or "window" not in suite._tree.data or study.data.get("window") is None:
+        return
+    if suite._tree.data["window"] is None:
+        study.data["window"] = None
+        study.prov.set(("window",), suite._tree.prov.locate(("window",)))
+    else:
+        deep_merge(study, suite._tree, ("window",), ("window",))
 
 
 def _resolve_arm(

@@ -16,6 +16,8 @@ Design:
   repeats only; one seed per repeat); what identifies a cell in the results store is
   `specrepro.identity`'s. `Study.placement` is how the harness places a launched engine and
   its load generator on the CPUs (`harness/process.py`); it is no part of a cell's identity.
+  `Study.window` times multi-stream speed cells over a steady counter window and
+  `Study.interleave` orders repeats across arms (params/window.py).
 - A `ResolvedStudy` is what the runner executes: its arms carry their profiles loaded, the
   suite's and the arm's overrides merged in, validated.
 """
@@ -32,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from specrepro.params.errors import Expect, Problem, _duplicates, _one_of
 from specrepro.params.substrate import Substrate
 from specrepro.params.tree import Tree
+from specrepro.params.window import Interleave, Window, window_checks, windowed
 from specrepro.speculative import METHODS, check_schedule, draft_tokens_at
 
 
@@ -384,8 +387,12 @@ class Study(Strict):
     repeats: PositiveInt = 1
     seeds: Annotated[list[int], Expect("a list of integer seeds, one per repeat")] | None = None
     seed: int = 0  # base seed: repeat r gets seed + r where no explicit list is given
+    # the timing of cells `window` does not cover: every prompt once, or (legacy) every
+    # cell over `window_s` from the load's start
     mode: Literal["requests", "window"] = "requests"
     window_s: PositiveFloat | None = None
+    window: Window | None = None  # multi-stream speed cells: a steady window (window.py)
+    interleave: Interleave = "auto"  # repeats across arms A B C, A B C (window.py)
     warmup: NonNegInt = 0  # requests sent and discarded before measuring each cell
     ignore_eos: bool = False
     thinking: bool | None = None
@@ -435,6 +442,7 @@ class Study(Strict):
                     ("expected a window length in seconds for mode 'window', found none"),
                 )
             )
+        out += window_checks(self)
         for i, g in enumerate(self.gates):
             out += _gate_checks(i, g, arms, loads, self.concurrency)
         for i, s in enumerate(self.skip):
@@ -443,6 +451,9 @@ class Study(Strict):
             if s.workload is not None and s.workload not in loads:
                 out.append((("skip", i, "workload"), _one_of("a workload", loads, s.workload)))
         return out
+
+    def windowed(self, cell: Cell) -> bool:  # timed in `window`? (params/window.py)
+        return windowed(self, cell)
 
     def seed_for(self, repeat: int) -> int:
         return self.seeds[repeat] if self.seeds is not None else self.seed + repeat
@@ -557,6 +568,8 @@ class Suite(Strict):
     profile_map: dict[str, str] = Field(default_factory=dict)  # for every notebook
     notebooks: dict[Literal[NOTEBOOK_IDS], NotebookBinding]  # type: ignore[valid-type]
     substrate: Substrate | None = None  # what its numbers are measured on
+    # its studies' windows sized for this substrate, or null: none (resolve._suite_window)
+    window: dict[str, JsonValue] | None = None
     # Studies no notebook renders (a benchmark such as acceptance parity between engines):
     # bound like a notebook's, run only when named (`specrepro run SUITE --study ID`), and
     # never part of `make all`. Their ids must differ from the notebooks'.
