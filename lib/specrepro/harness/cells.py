@@ -409,6 +409,10 @@ def _parsed(text: str | None, engine: str | None) -> promtext.SpecCounters | Non
     """One scrape's snapshot, or None (no text, no known engine, unparsable)."""
     if text is None or engine is None:
         return None
+    try:
+        return promtext.parse(text, engine)
+    except ValueError:
+        return None
 
 
 def request_rows(records: Sequence[RequestRecord], grades: dict[int, dict]) -> list[dict]:
