@@ -27,6 +27,7 @@ Design:
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import re
@@ -224,3 +225,61 @@ def detokenize_wikitext(text: str) -> str:
     for pattern, repl in _WIKITEXT_RULES:
         text = pattern.sub(repl, text)
     return text
+
+
+# --------------------------------------------------------------- WikiText-2 articles
+
+# Every 20th WikiText-2 article of a split (the 11th, 31st, ...) is held out of the embedded
+# target's training (embedded/training/corpus.py); the `prose` workload (workloads.py)
+# continues these articles. One home for the rule and the article structure both read.
+PROSE_HOLDOUT_EVERY = 20
+
+
+def prose_heldout(index: int, every: int = PROSE_HOLDOUT_EVERY) -> bool:
+    """Whether article `index` (0-based, in `wikitext_articles` order) of a WikiText-2 split
+    is held out of training (`prose_holdout_every` = `every`)."""
+    return index % every == every // 2
+
+
+_ARTICLE = re.compile(r"^= [^=].* =$", re.MULTILINE)
+_HEADING = re.compile(r"^=+ .* =+$", re.MULTILINE)
+PROSE_DOCS = ("articles", "sections", "paragraphs")
+
+
+def wikitext_articles(text: str) -> list[str]:
+    """Split detokenized WikiText at top-level headings ("= Title =")."""
+    starts = [m.start() for m in _ARTICLE.finditer(text)] + [len(text)]
+    arts = [text[a:b] for a, b in itertools.pairwise(starts)]
+    return [re.sub(r"\n{3,}", "\n\n", a).strip() for a in arts if a.strip()]
+
+
+def article_units(article: str, prose_docs: str = "articles") -> list[str]:
+    """One article (from `wikitext_articles`) as documents of the chosen unit, in order.
+
+    sections: cut before every heading line ("= T =", "== Sub ==", ...), the heading kept
+    at the top of its text; paragraphs: every line (detokenized WikiText holds one
+    paragraph a line), a heading joined to the paragraph after it. Units with no text beyond a heading are dropped.
+    """
+    if prose_docs not in PROSE_DOCS:
+        raise ValueError(f"prose_docs must be one of {PROSE_DOCS}, got {prose_docs!r}")
+    if prose_docs == "articles":
+        return [article]
+    if prose_docs == "sections":
+        starts = sorted({0, *(m.start() for m in _HEADING.finditer(article))}) + [len(article)]
+        parts = [article[a:b].strip() for a, b in itertools.pairwise(starts)]
+    else:
+        parts, heading = [], ""
+        for para in (p.strip() for p in article.split("\n")):  # one paragraph a line
+            if _HEADING.fullmatch(para):
+                heading = f"{heading}\n\n{para}" if heading else para
+            elif para:
+                parts.append(f"{heading}\n\n{para}" if heading else para)
+                heading = ""
+    return [p for p in parts if p and not _HEADING.fullmatch(p.split("\n\n")[-1])]
+
+
+
+# A workload that stands in for one the articles measured: the held-out prose continues
+# WikiText-2 articles in place of article B's essays (workloads.py labels its prompts so;
+# analysis/claims.py compares it with the published essays).
+STANDS_FOR = {"prose": "essays"}

@@ -46,7 +46,7 @@ DEFAULT_MAX_TOKENS = {"gsm8k": 256, "humaneval": 512, "essays": 512, "prefill": 
 
 # A workload measured in place of a published one: the analysis compares its cells with the
 # article's figures of that workload (analysis/claims.py) and labels it so.
-STANDS_FOR = {"prose": "essays"}
+STANDS_FOR = data.STANDS_FOR  # one home: data.py
 
 
 class WorkloadError(ValueError):
@@ -314,18 +314,16 @@ def prose_paragraphs(data_dir=None, words: int = PROSE_PROMPT_WORDS) -> list[dic
     first such paragraph of every held-out article (valid, then test; the article's
     opening, title included, where its first paragraph is long enough), then the second of
     each, and so on. Each is the document the training corpus makes of it
-    (corpus.article_units, "paragraphs": its heading joined to it), with its split, article
+    (data.article_units, "paragraphs": its heading joined to it), with its split, article
     index and paragraph index."""
-    from specrepro.embedded.training import corpus
-
     by_article = []
     for split in data.WIKITEXT_SPLITS:
         text = data.detokenize_wikitext(data.read_wikitext(split, data_dir))
-        for i, article in enumerate(corpus.wikitext_articles(text)):
-            if not corpus.prose_heldout(i):  # trained on: never a prompt
+        for i, article in enumerate(data.wikitext_articles(text)):
+            if not data.prose_heldout(i):  # trained on: never a prompt
                 continue
             units = [{"split": split, "article": i, "paragraph": j, "text": unit}
-                     for j, unit in enumerate(corpus.article_units(article, "paragraphs"))]
+                     for j, unit in enumerate(data.article_units(article, "paragraphs"))]
             by_article.append([u for u in units if _long_enough(u["text"], words)])
     depth = max((len(a) for a in by_article), default=0)
     return [a[j] for j in range(depth) for a in by_article if j < len(a)]

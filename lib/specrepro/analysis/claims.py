@@ -3,7 +3,7 @@
 Design:
 - One entry per notebook: its title, the article's claim in a sentence, the map from the
   study's arm names to published arm ids (and workloads to published workloads; a workload
-  standing in for a published one, workloads.STANDS_FOR, maps by itself), which of
+  standing in for a published one, data.STANDS_FOR, maps by itself), which of
   two published values to compare where an article prints two, and the article claims the
   embedded engine cannot test (docs/design.md) with the reason; an entry's `device: cpu | cuda`
   says it only where the cells were measured on that device (the default suite's CPU
@@ -29,8 +29,8 @@ from importlib import resources
 import yaml
 
 from specrepro.analysis.rules import DEVICES, Rule, parse_checks
+from specrepro.data import STANDS_FOR
 from specrepro.published import load_arms, load_gates
-from specrepro.workloads import STANDS_FOR
 
 
 class ClaimsError(ValueError):
@@ -83,7 +83,7 @@ class Claims:
 
     def published_workload(self, workload: str) -> str:
         """The published workload a measured one is compared with: the entry's `workloads`,
-        else the one it stands in for (workloads.STANDS_FOR: prose for the essays)."""
+        else the one it stands in for (data.STANDS_FOR: prose for the essays)."""
         return self.workloads.get(workload, STANDS_FOR.get(workload, workload))
 
 

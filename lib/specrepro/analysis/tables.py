@@ -34,7 +34,7 @@ import polars as pl
 
 from specrepro import metrics
 from specrepro.analysis.text_quality import EXPLAIN, LOOP_NOTE, loop_flag
-from specrepro.workloads import STANDS_FOR
+from specrepro.data import STANDS_FOR
 
 LEVEL = ["label", "arm", "workload", "concurrency", "temperature"]
 
