@@ -86,3 +86,43 @@ def test_a_line_broken_at_the_missing_level_is_not_across_it(fig):
     fig.axes[1].plot([1, 8, 32], [0.5, 1.0, 1.5], marker="s", label="measured, 3 drafts")
     fig.axes[1].plot([1, 8, 32], [1.5, math.nan, 2.5], label="article, 3 drafts")  # a gap
     assert problems(fig) == []
+
+
+# ------------------------------------------------- tick labels of a category axis (item 5)
+
+
+@pytest.fixture
+def bars():
+    f, ax = plt.subplots(figsize=(4, 3), layout="constrained")
+    ax.bar(range(4), [1, 2, 3, 4])
+    yield f, ax
+    plt.close(f)
+
+
+def test_category_tick_labels_that_run_together_are_found(bars):
+    f, ax = bars  # four wide labels on a 4-inch axis: "...75%rep. 4-grams 76%" reads as one
+    ax.set_xticks(range(4), [f"essays\n8 stream(s)\nrep. 4-grams {p}%" for p in (75, 76, 34, 65)],
+                  fontsize=7)
+    found = problems(f)
+    assert any(p.startswith(("run together: panel 1 x tick label", "overlapping: panel 1 x "
+                             "tick label")) for p in found), found
+
+
+def test_short_category_tick_labels_pass(bars):
+    f, ax = bars
+    ax.set_xticks(range(4), ["essays\n1 stream\nrep. 75%", "essays\n8 streams\nrep. 76%",
+                             "gsm8k\n8 streams\nrep. 34%", "humaneval\n1 stream\nrep. 65%"],
+                  fontsize=7)
+    assert problems(f) == []
+
+
+def test_slanted_labels_are_measured_as_the_rectangles_they_are_drawn_in(bars):
+    f, ax = bars  # at 30 degrees their upright boxes overlap; the slanted texts do not
+    ax.set_xticks(range(4), ["block drafter, 7 drafts"] * 4, rotation=30, fontsize=7)
+    f.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.get_xticklabels()]
+    assert boxes[0].x1 > boxes[1].x0 + 5  # upright, they would be called overlapping
+    assert problems(f) == []
+    ax.set_xticks(range(4), ["block drafter, 7 drafts"] * 4, rotation=0, fontsize=7)
+    assert any(p.startswith("overlapping: panel 1 x tick label 'block drafter, 7 drafts'")
+               for p in problems(f))

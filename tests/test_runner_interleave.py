@@ -79,6 +79,7 @@ def test_repeats_run_a_b_c_a_b_c_and_each_cell_says_where(tmp_path, fakes, inter
     windows = cells.filter(pl.col("timing") == "window")
     assert windows["window_all_busy"].all() and (windows["window_turnovers_min"] >= 2).all()
     assert windows["ttft_p50_ms"].is_not_null().all()  # the requests inside each window
+    assert windows["window_running_start"].is_not_null().all()  # the engine's gauges read
     assert cells.filter(pl.col("timing") == "requests")["window_all_busy"].is_null().all()
     assert store.load_requests()["stream"].is_not_null().all()
 

@@ -16,8 +16,13 @@ Design:
   level at its own temperature. Where the two differ, tables and figures say so.
 - `checks`: the verdict rules, one per sub-claim (analysis/rules.py says what a rule is;
   analysis/verdicts.py evaluates them), validated here on load.
+- A `cannot_test` entry may name the published `sources` that quote it (article A's "MTP
+  ... spreads 18 to 21 across three days"): `Claims.comparable` sets those rows aside, so
+  the verdicts, the overlay and the figures never compare a measurement with a claim the
+  notebook says it cannot test. Only an entry untestable on every substrate may (no
+  `unless`, no `device`).
 - Every published arm id is checked against `published/arms.csv` on load, so a typo fails
-  here, naming the notebook and the id.
+  here, naming the notebook and the id; every quoted source against the published rows.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ import functools
 from dataclasses import dataclass, field
 from importlib import resources
 
+import polars as pl
 import yaml
 
 from specrepro.analysis.rules import DEVICES, Rule, parse_checks
 from specrepro.data import STANDS_FOR
-from specrepro.published import load_arms, load_gates
+from specrepro.published import load_arms, load_gates, load_published
 
 
 class ClaimsError(ValueError):
@@ -43,6 +49,7 @@ class Untestable:
     why: str
     unless: str | None = None  # "power": testable where the cells carry measured watts
     device: str | None = None  # "cpu" | "cuda": said only where the cells were measured there
+    sources: tuple[str, ...] = ()  # published `source`s quoting it: never compared with
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,19 @@ class Claims:
         at = ", ".join(f"T={t:g}" for t in measured) or "n/a"
         return f"article at T={self.published_temperature:g}, measured at {at}"
 
+    def comparable(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Published rows less those quoting a claim this notebook cannot test (a
+        `cannot_test` entry's `sources`): such a figure is never set against a measurement."""
+        quoted = [q for u in self.cannot_test for q in u.sources]
+        return rows.filter(~pl.col("source").is_in(quoted)) if quoted else rows
+
+    def set_aside(self, rows: pl.DataFrame) -> str:
+        """' but a claim not testable here: <claim>' for the cannot_test claims `rows` quote
+        ('' where they quote none)."""
+        have = set(rows["source"].to_list())
+        hit = [u.claim for u in self.cannot_test if have & set(u.sources)]
+        return f" but a claim not testable here: {'; '.join(hit)}" if hit else ""
+
     def published_workload(self, workload: str) -> str:
         """The published workload a measured one is compared with: the entry's `workloads`,
         else the one it stands in for (data.STANDS_FOR: prose for the essays)."""
@@ -92,6 +112,7 @@ def all_claims() -> dict[str, Claims]:
     raw = yaml.safe_load(resources.files(__package__).joinpath("claims.yaml").read_text())
     known = set(load_arms()["arm"].to_list())
     gates = set(load_gates()["gate"].to_list())
+    sources = set(load_published()["source"].to_list())
     out = {}
     for nb, entry in raw.items():
         for study_arm, pub in entry.get("arms", {}).items():
@@ -108,7 +129,7 @@ def all_claims() -> dict[str, Claims]:
             arms=dict(entry.get("arms", {})),
             workloads=dict(entry.get("workloads", {})),
             prefer=tuple(Preference(**p) for p in entry.get("prefer", [])),
-            cannot_test=tuple(_untestable(nb, i, u)
+            cannot_test=tuple(_untestable(nb, i, u, sources)
                               for i, u in enumerate(entry.get("cannot_test", []))),
             published_temperature=_temperature(nb, entry.get("published_temperature")),
             checks=parse_checks(entry.get("checks"), nb, known, gates,
@@ -117,19 +138,30 @@ def all_claims() -> dict[str, Claims]:
     return out
 
 
-def _untestable(nb: str, i: int, raw) -> Untestable:
-    """One `cannot_test` entry: claim and why, optional `unless: power` and `device: cpu | cuda`."""
+def _untestable(nb: str, i: int, raw, published: set[str] = frozenset()) -> Untestable:
+    """One `cannot_test` entry: claim and why, optional `unless: power` and `device: cpu | cuda`,
+    and `sources`: the published sources (published/*.csv `source`, exactly) that quote it."""
     where = f"claims.yaml: {nb}.cannot_test[{i}]"
     if (not isinstance(raw, dict) or not {"claim", "why"} <= set(raw)
-            or not set(raw) <= {"claim", "why", "unless", "device"}):
+            or not set(raw) <= {"claim", "why", "unless", "device", "sources"}):
         raise ClaimsError(f"{where}: expected {{claim, why, unless: power (optional), device: cpu "
-                          f"| cuda (optional)}}, found {raw!r}")
+                          f"| cuda (optional), sources (optional)}}, found {raw!r}")
+    quoted = raw.get("sources") or []
+    if not isinstance(quoted, list) or not all(isinstance(q, str) for q in quoted):
+        raise ClaimsError(f"{where}.sources: expected a list of published sources, found "
+                          f"{quoted!r}")
+    if unknown := [q for q in quoted if q not in published]:
+        raise ClaimsError(f"{where}.sources: no published row has the source {unknown[0]!r}")
+    if quoted and (raw.get("unless") or raw.get("device")):  # set aside everywhere, or not
+        raise ClaimsError(f"{where}.sources: only a claim untestable on every substrate (no "
+                          "unless, no device) sets its quotes aside")
     if raw.get("unless") not in (None, "power"):
         raise ClaimsError(f"{where}.unless: expected 'power' or nothing, found {raw['unless']!r}")
     if raw.get("device") not in (None, *DEVICES):
         raise ClaimsError(f"{where}.device: expected one of {list(DEVICES)} or nothing, found "
                           f"{raw['device']!r}")
-    return Untestable(raw["claim"], raw["why"], raw.get("unless"), raw.get("device"))
+    return Untestable(raw["claim"], raw["why"], raw.get("unless"), raw.get("device"),
+                      tuple(quoted))
 
 
 def _temperature(nb: str, value) -> float | None:

@@ -4,14 +4,19 @@ Design:
 - `problems(fig)` lays the figure out (a draw), then measures its artists in display
   coordinates and returns one sentence per fault, empty when it is clean:
   - **clipped**: a title, axis label, legend or text whose extent passes the figure's edge;
-  - **overlapping**: two such texts (titles, axis labels, legends) whose extents intersect;
+  - **overlapping**: two such texts (titles, axis labels, legends, tick labels) whose extents
+    intersect, and two tick labels of one axis closer than a space (they **run together**:
+    "75%rep. 4-grams" reads as one label); a rotated text is measured as the rotated
+    rectangle it is drawn in (its unrotated extent turned about its centre), not as the
+    upright box around it, so slanted category labels overlap only where their boxes do;
   - **listed, not drawn**: a legend entry whose series has no finite point in any panel (the
     article's diamond plotted at NaN, a proxy handle with no data);
   - **across a missing level**: a line joining two levels of its panel's x axis while another
     series in that panel has a point at a level between them (the line claims a value it
     never had there).
-- Tick labels are left out of the overlap check (matplotlib thins them itself) but not of
-  the edge check. One pixel of slack absorbs rounding.
+- Tick labels are in both checks: matplotlib thins the ticks of a numeric axis itself, but
+  the fixed labels of a category axis (arms, workload and level) run into each other when
+  they are long. One pixel of slack absorbs rounding.
 - Imports matplotlib only: it judges pictures, not data.
 """
 
@@ -27,6 +32,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 
 SLACK_PX = 1.0
+TICK_GAP_PX = 4.0  # two tick labels of one axis closer than this (a space at 7 pt) read as one
 KEY = "key|"  # a legend key's gid: this, then the gid prefix of the group it explains
 
 
@@ -50,9 +56,10 @@ def _named_texts(fig) -> list[tuple[str, object]]:
         out += [(f"{p} text", t) for t in ax.texts]
         if ax.get_legend() is not None:
             out.append((f"{p} legend", ax.get_legend()))
-        for axis in (ax.xaxis, ax.yaxis):  # the ticks drawn: inside the view limits
-            out += [(f"{p} tick label", t.label1) for t in axis._update_ticks()
-                    if t.label1.get_visible()]
+        for xy, axis in (("x", ax.xaxis), ("y", ax.yaxis)):  # drawn: inside the view limits
+            if ax.axison and axis.get_visible():  # a panel of text turns its axes off
+                out += [(f"{p} {xy} tick label", t.label1) for t in axis._update_ticks()
+                        if t.label1.get_visible()]
     return [(w, a) for w, a in out if a.get_visible()
             and (not isinstance(a, Text) or a.get_text().strip())]
 
@@ -76,16 +83,57 @@ def clipped(fig, renderer) -> list[str]:
 
 
 def overlapping(fig, renderer) -> list[str]:
-    items = [(w, a, a.get_window_extent(renderer)) for w, a in _named_texts(fig)
-             if "tick label" not in w]
+    """Texts whose extents share more than the slack; two tick labels of one axis also when
+    they are closer than TICK_GAP_PX (they read as one label)."""
+    items = [(w, a) for w, a in _named_texts(fig)]
+    tight = [_box(a, renderer, -SLACK_PX) for _, a in items]
+    spaced = [_box(a, renderer, TICK_GAP_PX) if "tick label" in w else None for w, a in items]
     out = []
-    for i, (w1, a1, b1) in enumerate(items):
-        for w2, a2, b2 in items[i + 1:]:
-            ix = min(b1.x1, b2.x1) - max(b1.x0, b2.x0)
-            iy = min(b1.y1, b2.y1) - max(b1.y0, b2.y0)
-            if ix > SLACK_PX and iy > SLACK_PX:
+    for i, (w1, a1) in enumerate(items):
+        for j in range(i + 1, len(items)):
+            w2, a2 = items[j]
+            if w1 == w2 and spaced[i] is not None:  # the same axis's labels
+                if _intersect(spaced[i], spaced[j]):
+                    gap = "overlapping" if _intersect(tight[i], tight[j]) else "run together"
+                    out.append(f"{gap}: {_what(w1, a1)} and '{_label(a2)}' (under "
+                               f"{TICK_GAP_PX:g} px apart)")
+            elif _intersect(tight[i], tight[j]):
                 out.append(f"overlapping: {_what(w1, a1)} and {_what(w2, a2)}")
     return out
+
+
+def _box(artist, renderer, grow: float = 0.0) -> list[tuple[float, float]]:
+    """The corners of the rectangle `artist` is drawn in (display px), its sides moved out by
+    half of `grow` (in by half the slack with a negative one, so two overlap where they share
+    more than it; out by half a gap, so two touch where they are closer than it): a rotated
+    text's unrotated extent turned by its angle about the centre of its upright extent (the
+    centre of a rectangle's bounding box is its own)."""
+    bb = artist.get_window_extent(renderer)
+    w, h, angle = bb.width, bb.height, 0.0
+    if isinstance(artist, Text) and artist.get_rotation() % 180:
+        angle = math.radians(artist.get_rotation())
+        artist.set_rotation(0)
+        upright = artist.get_window_extent(renderer)
+        artist.set_rotation(math.degrees(angle))
+        w, h = upright.width, upright.height
+    cx, cy = (bb.x0 + bb.x1) / 2, (bb.y0 + bb.y1) / 2
+    hw, hh = max((w + grow) / 2, 0.0), max((h + grow) / 2, 0.0)
+    c, s = math.cos(angle), math.sin(angle)
+    return [(cx + dx * c - dy * s, cy + dx * s + dy * c)
+            for dx, dy in ((-hw, -hh), (hw, -hh), (hw, hh), (-hw, hh))]
+
+
+def _intersect(p: list, q: list) -> bool:
+    """Whether two convex quadrilaterals overlap (separating axis theorem: they do not when
+    the projections on some edge's normal are apart)."""
+    for poly in (p, q):
+        for (x1, y1), (x2, y2) in zip(poly, poly[1:] + poly[:1], strict=True):
+            nx, ny = y1 - y2, x2 - x1
+            a = [nx * x + ny * y for x, y in p]
+            b = [nx * x + ny * y for x, y in q]
+            if max(a) <= min(b) or max(b) <= min(a):
+                return False
+    return True
 
 
 def _finite_points(handle) -> int:

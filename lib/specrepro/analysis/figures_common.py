@@ -181,9 +181,10 @@ def spread_note(cells: pl.DataFrame, value: str) -> str:
             + ("; n=1 points have none" if lo == 1 else ""))
 
 
-def title(fig, claims: Claims | None, cells: pl.DataFrame, value: str | None) -> None:
-    """The figure's title line: the temperature note (article at another temperature) and
-    what the error bars are."""
+def title(fig, claims: Claims | None, cells: pl.DataFrame, value: str | None,
+          extra: str = "") -> None:
+    """The figure's title line: the temperature note (article at another temperature), what
+    the error bars are, and a figure's own note, `extra` (what it left out, and why)."""
     parts = []
     if claims is not None:
         note = claims.temperature_note(cells["temperature"].to_list())
@@ -191,6 +192,7 @@ def title(fig, claims: Claims | None, cells: pl.DataFrame, value: str | None) ->
             parts.append(note)
     if value is not None:
         parts.append(spread_note(cells, value))
+    parts.append(extra)
     text = " | ".join(p for p in parts if p)
     if text:
         fig.suptitle(text, fontsize=9)
@@ -308,7 +310,8 @@ def change_stats(cells: pl.DataFrame, baseline: str, label: str, value: str = "a
 
 def fit_text(fig) -> None:
     """Wrap what would not fit before the figure is drawn: a panel title wider than its panel
-    (the figure's width over its panels), an axis label longer than its panel's side (the
+    (the figure's width over its columns), an axis label longer than its panel's side (the
+    figure's height over its rows for a y label; the
     legend below the panels is fitted where it is made, `legend_below`). Text extents are
     measured with the figure's renderer, no draw, so a figure whose text fits is unchanged."""
     r = fig.canvas.get_renderer()
@@ -317,7 +320,8 @@ def fit_text(fig) -> None:
         return
     w, h = fig.bbox.width, fig.bbox.height
     cols = max(len({round(ax.get_position().x0, 2) for ax in axes}), 1)
-    room = {"title": 0.7 * w / cols, "x": 0.75 * w / cols, "y": 0.62 * h}
+    rows = max(len({round(ax.get_position().y0, 2) for ax in axes}), 1)
+    room = {"title": 0.7 * w / cols, "x": 0.75 * w / cols, "y": 0.62 * h / rows}
     for ax in axes:
         for kind, t in (("title", ax.title), ("x", ax.xaxis.label), ("y", ax.yaxis.label)):
             _wrap_to(t, room[kind], r, along="height" if kind == "y" else "width")

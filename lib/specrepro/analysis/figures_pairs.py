@@ -6,20 +6,28 @@ Design (figures.py has the suite's; figures_common.py the shared pieces):
   same rule the overlay table uses, so article B's T=1.0 GSM8K figure, 5.92, is never
   drawn against greedy measurements, where its greedy figure is 6.17); measured tok/s; and
   the article's tok/s in a panel of its own (hardware apart).
-- `gate_chart`: each declared gate's value against its threshold; pass and fail differ in
-  colour, hatch and text, not colour alone.
+- `gate_chart`: each declared gate the verdict tested, its value against its threshold; pass
+  and fail (as the verdict judged them, `gate_status`) differ in colour, hatch and text, not
+  colour alone, and the value is printed under the bar (a bar of 0 draws nothing). A gate
+  the verdict calls not testable here (an engine that served the same drafter to both arms,
+  a host-bound baseline, a memory set by a flag) or that was not measured is never drawn as
+  a pass or a fail: it is named with why in a panel of text beside the tested ones.
 """
 
 from __future__ import annotations
+
+import textwrap
 
 import polars as pl
 
 from specrepro.analysis import figures_common as fc
 from specrepro.analysis import tables
-from specrepro.analysis.claims import Claims
+from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.gates import evaluate_gates
 from specrepro.analysis.overlay import points_at, published_points
+from specrepro.analysis.verdicts import verdict
+from specrepro.published import load_gates
 
 TPS = "aggregate decode throughput (tok/s)"
 
@@ -39,8 +47,9 @@ def acceptance_pairs(f: Finding, claims: Claims) -> fc.plt.Figure:
     for gi, grp in enumerate(groups):
         part = c.filter(*(pl.col(k) == grp[k] for k in keys if grp[k] is not None))
         rep = part["repeated_4gram_share"].drop_nulls()
-        names.append(f"{grp['workload']}\n{grp['concurrency']} stream(s)"
-                     + (f"\nrep. 4-grams {rep.mean():.0%}" if rep.len() else ""))
+        # short lines: a group's label is as wide as its widest (the x label says what rep. is)
+        names.append(f"{grp['workload']}\n{tables.streams(grp['concurrency'])}"
+                     + (f"\nrep. {rep.mean():.0%}" if rep.len() else ""))
         for li, label in enumerate(labels):
             x = gi + (li - (len(labels) - 1) / 2) * width
             mine = part.filter(pl.col("label") == label)
@@ -65,28 +74,62 @@ def acceptance_pairs(f: Finding, claims: Claims) -> fc.plt.Figure:
             (axes[2], f"article {claims.article} (hatched: another machine)", TPS)):
         ax.set_xticks(range(len(groups)), names, fontsize=7)
         ax.set(title=ttl, ylabel=ylabel)
+        if any("\nrep. " in n for n in names):
+            ax.set_xlabel("rep.: the outputs' repeated 4-grams", fontsize=7)
     fc.title(fig, claims, c, "acceptance_length")
     fc.legend_below(fig, axes)
     return fig
 
 
-def gate_chart(f: Finding) -> fc.plt.Figure:
-    """Each declared gate: the gated value against its threshold, pass or fail."""
-    g = evaluate_gates(f.cells, f.study.gates)
-    n = max(g.height, 1)
-    fig, axes = fc.plt.subplots(1, n, figsize=(3.6 * n, 3.9), squeeze=False,
-                                layout="constrained")
+def gate_status(f: Finding, claims: Claims) -> dict[str, tuple[str, str]]:
+    """Each study gate's outcome in the verdict and why. A gate that declares one of the
+    article's again (same workload, streams and threshold) is judged by the claim's check of
+    that gate; the others are the verdict's substitutes, one each in the study's order
+    (verdicts._substitutes' rule)."""
+    v = verdict(f, claims)
+    own = {rule.gate: check for rule, check in zip(claims.checks, v.checks, strict=False)
+           if rule.kind == "gate"}
+    article = {(r["workload"], r["concurrency"], r["threshold"]): r["gate"]
+               for r in load_gates().iter_rows(named=True)}
+    subs = iter([c for c in v.checks if c.substitute])
+    out = {}
+    for gate in f.study.gates:
+        key = (gate.workload, gate.concurrency, gate.threshold)
+        check = own.get(article[key]) if key in article else next(subs, None)
+        out[gate.name] = ((check.outcome, check.reason) if check is not None else
+                          ("not testable here", "the verdict has no check of this gate"))
+    return out
+
+
+TESTED = {"holds": "pass", "does not hold": "fail"}
+
+
+def gate_chart(f: Finding, claims: Claims | None = None) -> fc.plt.Figure:
+    """Each declared gate the verdict tested: the gated value against its threshold, pass or
+    fail as the verdict judged it; a gate it could not test is named, with why, in a panel
+    of its own, never drawn as a pass or a fail."""
+    claims = claims or claims_for(f.notebook_id)
+    status = gate_status(f, claims)
+    rows = evaluate_gates(f.cells, f.study.gates).to_dicts()
+    tested = [r for r in rows if status[r["gate"]][0] in TESTED and r["value"] is not None]
+    untested = [r for r in rows if r not in tested]
+    ratios = [1] * len(tested) + ([2] if untested else [])
+    note = _untested_text(untested, status, 3.6 * 2)
+    # the list alone is as tall as its lines, not a panel's height
+    height = 3.9 if tested else 0.5 + 0.17 * (note.count("\n") + 1)
+    fig, axes = fc.plt.subplots(1, len(ratios), figsize=(3.6 * sum(ratios), height),
+                                squeeze=False, layout="constrained",
+                                gridspec_kw={"width_ratios": ratios})
     look = {"pass": {"color": fc.PALETTE[2], "hatch": ""},
             "fail": {"color": fc.PALETTE[4], "hatch": "xx"}}
-    for ax, row in zip(axes[0], g.to_dicts(), strict=False):
-        kw = look.get(row["result"], {"color": "lightgrey", "hatch": ".."})
-        if row["value"] is not None:
-            ax.bar([0], [row["value"]], edgecolor="black", **kw)
-        else:
-            ax.text(0, 0, "not measured", ha="center")
+    for ax, row in zip(axes[0], tested, strict=False):
+        result = TESTED[status[row["gate"]][0]]
+        ax.bar([0], [row["value"]], edgecolor="black", gid=f"gate|{row['gate']}|{result}",
+               **look[result])
         ax.axhline(row["threshold"], color="black", linestyle="--")
-        ax.set_xticks([0], [row["result"].upper()])
         unit = row["unit"] or ""
+        # the value under the verdict: a bar of 0 is drawn as nothing
+        ax.set_xticks([0], [f"{result.upper()}\n{tables.fmt(row['value'])} {unit}".strip()])
         ref = f.labels.get(row["reference_arm"], row["reference_arm"])
         ylabel = f"change against {ref} ({unit})" if row["reference_arm"] else unit
         words = tables.NAMES.get(row["metric"], (row["metric"],))[0]
@@ -94,4 +137,23 @@ def gate_chart(f: Finding) -> fc.plt.Figure:
                      f"{tables.streams(row['concurrency'])}\ngate (dashed): {row['op']} "
                      f"{row['threshold']:g}", ylabel=ylabel)
         ax.title.set_fontsize(8)
+    if untested:
+        ax = axes[0][-1]
+        ax.text(0.0, 1.0, note, transform=ax.transAxes, ha="left", va="top", fontsize=8,
+                gid="gates-not-tested")
+        ax.set_axis_off()
+        ax.set_title("not testable here: no pass or fail drawn", fontsize=9)
     return fig
+
+
+def _untested_text(rows: list[dict], status: dict, width_in: float) -> str:
+    """The gates the verdict could not test, one bullet each with the first clause of why."""
+    chars = int(width_in * 72 / (8 * 0.55) * 0.85)  # 8 pt text, ~0.55 em a character
+    lines = []
+    for r in rows:
+        outcome, why = status[r["gate"]]
+        why = why.split("; ")[0] if outcome == "not testable here" else "not measured"
+        rule = f"{r['op']} {r['threshold']:g} {r['unit'] or ''}".rstrip()
+        lines.append(textwrap.fill(f"\u2022 {r['gate']} ({rule}): {why}", chars,
+                                   subsequent_indent="   "))
+    return "\n".join(lines)

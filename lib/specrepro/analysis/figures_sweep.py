@@ -242,7 +242,7 @@ def temperature_runs(f: Finding, claims: Claims) -> fc.plt.Figure:
         ticks(ax)
 
     def ticks(ax) -> None:  # each arm, and which bar of its group is which temperature
-        ax.set_xticks(range(len(labels)), [textwrap.fill(lab, 18) + "\n" + "   ".join(
+        ax.set_xticks(range(len(labels)), [textwrap.fill(lab, 16) + "\n" + "   ".join(
             f"T={t:g}" for t in ts) for lab in labels], fontsize=7)
 
     measured(axes[0], "agg_tok_s")

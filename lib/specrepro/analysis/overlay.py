@@ -23,8 +23,11 @@ Design:
   the measured figure, which carries the loop mark where its cells loop (tables.flagged).
 - Where the article prints two different values for one thing, the one named by the
   notebook's `prefer` (else a table before a sentence) is compared, and the other stays in
-  `also_published` with its source, so the reader sees which was chosen.
+  `also_published` with its source, so the reader sees which was chosen; a change names the
+  arm each figure is against (the article prints changes of one arm against several).
 - Rows for single repeats (article A's four runs) are left out here; figures show them.
+- Rows quoting a claim the notebook cannot test (claims.yaml `cannot_test` `sources`,
+  `Claims.comparable`) are left out of the overlay and the figures' points alike.
 - `points_at` and `published_positions` give figures the published points of a measured
   level by the overlay's own matching rule (`_matches`), so a marker is never drawn at
   another temperature than the table compares.
@@ -58,6 +61,7 @@ OVERLAY_SCHEMA = {
     "runs": pl.Int64,
     "published": pl.Float64, "unit": pl.String, "published_arm": pl.String,
     "published_stat": pl.String, "article": pl.String, "baseline": pl.String,
+    "published_baseline": pl.String,  # a change: the article's arm it is against (label)
     "source": pl.String, "also_published": pl.String,
 }
 LEVEL_KEYS = ("concurrency", "temperature")  # what a same-arm change may differ in
@@ -140,12 +144,14 @@ def overlay(cells: pl.DataFrame, claims: Claims, metrics_wanted: list[str] | Non
             ) -> pl.DataFrame:
     """Measured beside published for every level of a mapped arm the article gives a figure
     for (one row per level and metric)."""
-    pub = load_published().filter(pl.col("stat").is_in(STATS) & pl.col("repeat").is_null()
-                                  & pl.col("metric").is_in(list(COMPARABLE)))
+    pub = claims.comparable(load_published()).filter(
+        pl.col("stat").is_in(STATS) & pl.col("repeat").is_null()
+        & pl.col("metric").is_in(list(COMPARABLE)))
     if metrics_wanted is not None:
         pub = pub.filter(pl.col("metric").is_in(metrics_wanted))
     levels = _levels(cells)
     reverse = {v: k for k, v in claims.arms.items()}
+    arm_label = dict(load_arms().select("arm", "label").iter_rows())
     rows, arm_level_done = [], set()
     for level in levels:
         pub_arm = claims.arms.get(level["arm"])
@@ -174,7 +180,7 @@ def overlay(cells: pl.DataFrame, claims: Claims, metrics_wanted: list[str] | Non
                         _key_text(k, base[k]) for k in LEVEL_KEYS if base[k] != level[k]))
             else:
                 values, against = _figures(level, metric), None
-            also = "; ".join(f"{o['value']:g} ({o['source']})" for o in others) or None
+            also = _also(chosen, others, arm_label)
             arm_level = metric in ARM_LEVEL
             rows.append({
                 "label": level["label"], "arm": level["arm"],
@@ -187,8 +193,27 @@ def overlay(cells: pl.DataFrame, claims: Claims, metrics_wanted: list[str] | Non
                 "measured_max": max(values) if values else None, "runs": len(values),
                 "published": chosen["value"], "unit": chosen["unit"], "published_arm": pub_arm,
                 "published_stat": chosen["stat"], "article": chosen["article"],
-                "baseline": against, "source": chosen["source"], "also_published": also})
+                "baseline": against, "source": chosen["source"], "also_published": also,
+                "published_baseline": arm_label.get(chosen["baseline_arm"])
+                if metric.endswith("_change_pct") else None})
     return pl.DataFrame(rows, schema=OVERLAY_SCHEMA, orient="row")
+
+
+def _also(chosen: dict, others: list[dict], arm_label: dict) -> str | None:
+    """The article's other figures for one point, each with its source; a change names the
+    arm each is against, and the compared one's (article B's +15.2 % at 8 streams is against
+    memory-matched MTP, the compared +0.7 % against the BF16 drafter)."""
+    if not others:
+        return None
+
+    def against(r: dict) -> str:
+        base = r["baseline_arm"]
+        return (f" against {arm_label.get(base, base)}"
+                if r["metric"].endswith("_change_pct") and base else "")
+
+    text = "; ".join(f"{o['value']:g}{against(o)} ({o['source']})" for o in others)
+    return text + (f"; the compared {chosen['value']:g} is{against(chosen)}"
+                   if against(chosen) else "")
 
 
 def _baseline_level(row: dict, level: dict, levels: list[dict], claims: Claims,
@@ -243,8 +268,8 @@ def published_points(claims: Claims, metric: str, repeats: bool = False) -> pl.D
     single runs (article A's repeated runs) instead of values and means. Where the claims
     name a `published_temperature`, only figures at that temperature (or none) are given."""
     reverse = {v: k for k, v in claims.arms.items()}
-    pub = load_published().filter((pl.col("metric") == metric)
-                                  & pl.col("arm").is_in(list(reverse)))
+    pub = claims.comparable(load_published()).filter((pl.col("metric") == metric)
+                                                     & pl.col("arm").is_in(list(reverse)))
     if claims.published_temperature is not None:
         pub = pub.filter(pl.col("temperature").is_null()
                          | (pl.col("temperature") == claims.published_temperature))
@@ -379,7 +404,9 @@ def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict,
     rows, notes = [], []
     for r in part.to_dicts():
         if r["measured"] is None:  # nothing here to set beside it: say so under the table
-            notes.append(f"{r['label']}: the article's {r['published']:g} "
+            against = (f" against {r['published_baseline']}" if r["published_baseline"]
+                       else "")
+            notes.append(f"{r['label']}: the article's {r['published']:g}{against} "
                          f"({arm_label.get(r['published_arm'], r['published_arm'])}, "
                          f"{short_source(r['source'], r['published_stat'])}) has no measured "
                          "counterpart in this run" + (" (its baseline arm is not in this study)"
@@ -443,9 +470,9 @@ def published_ranges(claims: Claims, metric: str) -> pl.DataFrame:
     e.g. "acceptance from 43% down to 16%" over four runs), one row per range, with the
     study arm it stands for."""
     reverse = {v: k for k, v in claims.arms.items()}
-    pub = load_published().filter((pl.col("metric") == metric)
-                                  & pl.col("arm").is_in(list(reverse))
-                                  & pl.col("stat").is_in(["min", "max"]))
+    pub = claims.comparable(load_published()).filter(
+        (pl.col("metric") == metric) & pl.col("arm").is_in(list(reverse))
+        & pl.col("stat").is_in(["min", "max"]))
     keys = ["arm", "workload", "concurrency", "temperature"]
     wide = (pub.group_by(keys, maintain_order=True)
             .agg(pl.col("value").filter(pl.col("stat") == "min").first().alias("min"),
