@@ -52,7 +52,9 @@ def summary_output(nb: str, outcome: str = "holds", checks: int = 2, verdicts: b
         f"<td>{c['article']}</td><td>{c['measured']}</td><td>{c['ratio']}</td>"
         f"<td class='noise'>±3.0% (run-to-run 3.0%)</td><td class='verdict'>{(c['outcome'] + ' ' + c['symbol']) if verdicts else ''}</td>"
         f"<td>{c['rule']}</td></tr>" for c in rows)
-    table = ("<table id='summary' class='specrepro summary'><thead><tr><th>claim</th>"
+    table = ("<p class='substrate-line'><strong>Substrate:</strong> the embedded 11M target "
+             "on a constructed machine, busy share not measured.</p>"
+             "<table id='summary' class='specrepro summary'><thead><tr><th>claim</th>"
              "<th>article</th><th>measured</th><th>ratio</th><th>Noise</th><th>verdict</th>"
              "<th>rule</th>"
              f"</tr></thead><tbody>{trs}</tbody></table>")
@@ -78,9 +80,7 @@ def constructed_notebook(nb: str, *, summary=True, figures=("throughput",), para
     injected.metadata["tags"] = ["injected-parameters"]
     header = nbformat.v4.new_code_cell("sa.show_header(finding, claims)  # CODE-CELL")
     header.outputs = [nbformat.v4.new_output("display_data",
-                                             {"text/markdown": "**Substrate:** the embedded "
-                                              "11M target on a constructed machine, busy share "
-                                              "not measured.\n\n## HEADER-OUTPUT"})]
+                                             {"text/markdown": "## HEADER-OUTPUT"})]
     if summary:
         header.outputs.append(summary_output(nb, outcome, verdicts=verdicts))
     table = nbformat.v4.new_code_cell("sa.show_table(cells)  # CODE-CELL")

@@ -88,8 +88,12 @@ window.addEventListener('load', () => setTimeout(() => {
   });
   // issue 30: every report opens with what its numbers are measured on, and its summary
   // shows the noise band each verdict had to clear
-  r.substrate_line = [...document.querySelectorAll('p')].some(
+  const subs = [...document.querySelectorAll('p')].filter(
     p => shown(p) && /^Substrate:\s*\S/.test(text(p)) && text(p).length > 40);
+  r.substrate_line = subs.length > 0;
+  // on the first screen: above the summary table, not after it
+  r.substrate_first = !!t && subs.some(
+    p => p.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING);
   r.noise_column = t ? [...t.querySelectorAll('thead th')].some(th => /^Noise/.test(text(th))) : null;
   r.noise_cells = t ? [...t.querySelectorAll('tr.check')].map(tr => tr.querySelector('td.noise') !== null) : [];
   r.page_width = document.documentElement.scrollWidth;
@@ -180,6 +184,8 @@ def page_problems(page: Path, work: Path, chromium_path: str, *, index: bool = F
     if not index:
         if not r["substrate_line"]:
             problems.append(f"{name}: no substrate line (a shown 'Substrate: ...' paragraph)")
+        elif not r["substrate_first"]:
+            problems.append(f"{name}: the substrate line is not above table#summary")
         if not r["noise_column"]:
             problems.append(f"{name}: table#summary has no Noise column")
         problems += [f"{name}: tr.check {i + 1} has no td.noise"
@@ -221,6 +227,13 @@ def test_the_browser_check_passes_a_good_report_and_names_what_is_wrong_in_bad_o
     assert page_problems(bare, tmp_path / "w", chromium) == [
         "no_substrate_no_noise.html: no substrate line (a shown 'Substrate: ...' paragraph)",
         "no_substrate_no_noise.html: table#summary has no Noise column"]
+
+    below = reports / "substrate_below.html"  # the line after the table: not first screen
+    page = good.read_text()
+    line = page[page.index('<p class="substrate-line">'):page.index('<table class="specrepro summary"')]
+    below.write_text(page.replace(line, "", 1).replace("</table>", "</table>" + line, 1))
+    assert page_problems(below, tmp_path / "w", chromium) == [
+        "substrate_below.html: the substrate line is not above table#summary"]
 
     no_summary = render("no_summary", summary=False)
     assert page_problems(no_summary, tmp_path / "w", chromium) == [

@@ -114,9 +114,8 @@ def untestable(f: Finding, claims: Claims) -> list[tuple[str, str]]:
 def show_header(f: Finding, claims: Claims) -> None:
     """Where the data comes from, the temperatures compared, what cannot be tested, the
     probes' answers and how each arm's engine started."""
-    # the article's finding opens the summary table above (show_summary)
-    lines = [f"**Substrate:** {host_bound.substrate_line(f)}", "",
-             f"**Data:** {f.describe()}.", ""]
+    # the article's finding and the substrate line open the summary above (show_summary)
+    lines = [f"**Data:** {f.describe()}.", ""]
     note = claims.temperature_note(f.cells["temperature"].to_list())
     if note:
         lines += [(f"**Temperature:** {note}. This suite measures at another temperature than "

@@ -24,6 +24,7 @@ import html
 
 import polars as pl
 
+from specrepro.analysis import host_bound
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.verdicts import Verdict, verdict
@@ -123,6 +124,9 @@ def summary(f: Finding, claims: Claims, v: Verdict | None = None) -> dict:
     return {"notebook_id": f.notebook_id, "title": claims.title, "article": claims.article,
             "claim": claims.claim, "outcome": v.outcome, "symbol": v.symbol, "text": v.text,
             "article_substrate": article_substrate(claims), "substrate": measured_substrate(f),
+            # what the numbers are measured on and how busy its device was, in one line on
+            # the report's first screen (issue 30: read before any verdict is believed)
+            "substrate_line": host_bound.substrate_line(f),
             "checks": [c.as_dict() for c in v.checks], "partial": partial(f)}
 
 
@@ -162,6 +166,9 @@ def summary_html(s: dict) -> str:
             f"Verdict: {s['symbol']} {html.escape(s['outcome'])}</strong> "
             f"({html.escape(s['text'].split('(', 1)[-1].rstrip(')'))}). "
             f"The article's finding: {html.escape(s['claim'])}</p>")
+    if s.get("substrate_line"):
+        line += (f'<p class="substrate-line"><strong>Substrate:</strong> '
+                 f'{html.escape(s["substrate_line"])}</p>')
     if s.get("partial"):
         line += f'<p class="partial"><strong>{html.escape(s["partial"])}.</strong></p>'
     return (line + '<table id="summary" class="specrepro summary"><caption>Each check of '
