@@ -122,7 +122,7 @@ def decode_program_without_host_reads(eng, k: int, monkeypatch) -> dict:
                          [5, 6, 0, 0]])
     try:
         with torch.inference_mode():
-            return eng._decode_step.program(host, k)
+            return eng.decode_step.program(host, k)
     finally:
         monkeypatch.undo()
 
