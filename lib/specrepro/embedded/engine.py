@@ -38,7 +38,8 @@ Design:
   (model.relayout_linear_weights gives the measurements). The engine re-lays once its
   modules are final, before it captures any graph.
 
-The engine knows nothing of HTTP or text: it takes and returns token ids (serve.py bridges).
+The engine knows nothing of HTTP or text: it takes and returns token ids (the server's
+engine_loop.py bridges).
 """
 
 from __future__ import annotations
