@@ -28,8 +28,8 @@ from specrepro.embedded.spec import DecodeBatch
 
 
 def run(engine, seqs: list, k: int, outputs: list) -> None:
-    """One speculative step for the decoding requests `seqs` (engine `Sequence`s) at k drafts
-    each; their new tokens go to `outputs` through `engine.emit`."""
+    """One speculative step for the decoding requests `seqs` (engine.py's `RequestState`s)
+    at k drafts each; their new tokens go to `outputs` through `engine.emit`."""
     params = [s.req.sampling for s in seqs]
     all_greedy = all(p.is_greedy for p in params)
     # the fixed-shape program drafts greedily; sampled drafts take the staged path

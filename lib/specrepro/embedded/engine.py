@@ -117,8 +117,9 @@ class EngineStats:
 
 
 @dataclass
-class _Sequence:
-    """A request's state while it lives in the engine."""
+class RequestState:
+    """A request's state while it lives in the engine (the prefill and decode stages advance
+    it)."""
 
     req: EngineRequest
     generator: torch.Generator
@@ -289,8 +290,8 @@ class LLMEngine:
                                       self.scratch_slot, self.use_graphs, self._compile_whole)
         self.stats = EngineStats(accepted_per_pos=[0] * k_max)
         self.free_slots = list(range(self.config.max_num_seqs - 1, -1, -1))  # pop(): slot 0
-        self.waiting: collections.deque[_Sequence] = collections.deque()
-        self.running: dict[str, _Sequence] = {}
+        self.waiting: collections.deque[RequestState] = collections.deque()
+        self.running: dict[str, RequestState] = {}
         self.reserved_tokens = 0
         self._pending: list[RequestOutput] = []  # abort outputs, returned by the next step
 
@@ -341,7 +342,7 @@ class LLMEngine:
         seed = req.sampling.seed
         if seed is None and req.sampling.is_greedy:
             seed = 0  # greedy rows never draw; a fixed seed avoids reading the OS entropy pool
-        self.waiting.append(_Sequence(req, make_generator(seed, self.device)))
+        self.waiting.append(RequestState(req, make_generator(seed, self.device)))
         self.stats.num_waiting = len(self.waiting)
 
     def abort(self, request_id: str) -> bool:
@@ -414,7 +415,7 @@ class LLMEngine:
         return _TimedProposer(self.proposer_calls, self.timed)
 
     # ------------------------------------------------------------------ outputs
-    def emit(self, seq: _Sequence, tokens: list[int], outputs: list) -> None:
+    def emit(self, seq: RequestState, tokens: list[int], outputs: list) -> None:
         """Append a step's tokens to a request, stopping at eos, a stop id or max_tokens."""
         req = seq.req
         stops = set(req.stop_token_ids)
@@ -437,12 +438,12 @@ class LLMEngine:
         else:
             self._finish(seq, reason, new, outputs)
 
-    def _output(self, seq: _Sequence, new: list[int], reason: str | None) -> RequestOutput:
+    def _output(self, seq: RequestState, new: list[int], reason: str | None) -> RequestOutput:
         return RequestOutput(seq.req.request_id, new, reason is not None, reason,
                              len(seq.req.prompt_token_ids), seq.spec_steps, seq.accepted,
                              seq.draft_tokens)
 
-    def _finish(self, seq: _Sequence, reason: str, new: list[int], outputs=None) -> None:
+    def _finish(self, seq: RequestState, reason: str, new: list[int], outputs=None) -> None:
         rid = seq.req.request_id
         if self.running.pop(rid, None) is not None:
             self.free_slots.append(seq.slot)
