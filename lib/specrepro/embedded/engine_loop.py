@@ -55,7 +55,8 @@ class Event:
 
 @dataclass
 class Tracked:
-    """Engine-thread state of one request in flight."""
+    """Engine-thread state of one request in flight; the route that accepted it builds it
+    (api_server.py) and the engine thread owns it once submitted."""
 
     stream: TextStream
     sink: object  # callable(Event), thread-safe
