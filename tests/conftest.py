@@ -122,7 +122,7 @@ def decode_program_without_host_reads(eng, k: int, monkeypatch) -> dict:
                          [5, 6, 0, 0]])
     try:
         with torch.inference_mode():
-            return eng._decode_step.program(host, k)
+            return eng.decode_step.program(host, k)
     finally:
         monkeypatch.undo()
 
@@ -243,7 +243,7 @@ class InProcessServer(ThreadedApp):
     RUNNER_KW: ClassVar[dict] = {"handler_cancellation": True}
 
     def __init__(self, engine, **server_kw):
-        from specrepro.embedded.serve import Server
+        from specrepro.embedded.api_server import Server
 
         self.engine = engine
         self.server = Server(engine, "tiny", "tiny", engine.config.max_model_len, **server_kw)

@@ -271,7 +271,7 @@ def test_engine_weight_layout_rejects_unknown_values():
 
 
 def test_compile_raises_dynamos_recompile_limit(tiny_checkpoint):
-    from specrepro.embedded.engine import RECOMPILE_LIMIT
+    from specrepro.embedded.compilation import RECOMPILE_LIMIT
     # dynamo's own patch, not monkeypatch: undoing a monkeypatch of this alias left
     # torch 2.13.0's `recompile_limit` unreadable for every later test of the process
     # (compressed-tensors' compiled FP4 cast then failed in test_export_nvfp4.py)
@@ -294,7 +294,7 @@ def test_compile_scope_layer_compiles_each_decoder_layer_and_keeps_the_outputs(t
     layers = [m for m in eng.model.modules() if isinstance(m, DecoderLayer)]
     assert layers and all(m._compiled_call_impl is not None for m in layers)
     # the step is not compiled a second time around the compiled layers, names unchanged
-    assert eng._decode_step.compiled is None and eng._forward.fn is eng.model
+    assert eng.decode_step.compiled is None and eng.forward.fn is eng.model
     assert list(eng.model.state_dict()) == list(ref.model.state_dict())
     # warmed up (two prompt lengths), a new length compiles nothing and the counters are zero
     eng.warm_up()

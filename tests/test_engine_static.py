@@ -11,7 +11,7 @@ from specrepro.embedded import spec as spec_mod
 from specrepro.embedded.checkpoint import load_proposer, load_target
 from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import EngineRequest, LLMEngine
-from specrepro.embedded.graphs import _DecodeStep
+from specrepro.embedded.graphs import DecodeStep
 from specrepro.embedded.sampling import SamplingParams, verify_greedy
 
 from conftest import decode_program_without_host_reads, random_prompts
@@ -109,7 +109,7 @@ def test_decode_shapes_cover_buckets_and_schedule(tiny_checkpoint):
         speculative={"method": "ngram", "num_speculative_tokens": 5,
                      "num_speculative_tokens_per_batch_size": [[1, 2, 5], [3, 6, 2]]}))
     assert eng.decode_shapes() == [(1, 5), (2, 5), (4, 2), (8, 2)]
-    assert [_DecodeStep.bucket(b) for b in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 16]
+    assert [DecodeStep.bucket(b) for b in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 16]
 
 
 @pytest.mark.parametrize("method", ["mtp", "dflash", "draft_model"])

@@ -112,7 +112,7 @@ def one_step_trials(ckpt, n_trials, params, draft_sample_method="probabilistic")
     pos = torch.arange(ctx.shape[1]).expand_as(ctx)
     layers = eng.proposer.target_layers
     with torch.inference_mode():
-        out = eng._forward(ctx, pos, slots, layers, "none")
+        out = eng.forward(ctx, pos, slots, layers, "none")
         eng.proposer.observe(slots, ctx, pos, out.hidden)
         batch = spec_mod.DecodeBatch(
             slots=slots, context_len=torch.full((n_trials,), ctx.shape[1]),
@@ -122,7 +122,7 @@ def one_step_trials(ckpt, n_trials, params, draft_sample_method="probabilistic")
             sampling=SamplingTensors.from_params([params] * n_trials, eng.model.config.vocab_size))
 
         def forward(ids, positions, s, hl):
-            return eng._forward(ids, positions, s, hl, "all", int(positions.max()) + 1)
+            return eng.forward(ids, positions, s, hl, "all", int(positions.max()) + 1)
         drafts, acc = spec_mod.speculative_step(forward, eng.proposer, batch, K,
                                                 draft_sample_method)
         p0 = warp(eng.model(torch.tensor([prompt])).logits[:, -1], [params])[0]

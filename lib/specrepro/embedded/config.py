@@ -6,7 +6,8 @@ Design:
 - Plain data checked at construction (`__post_init__` names the field, the value and what
   was expected); the server builds one from its command line, tests and benchmarks directly.
 - What each execution knob does lives where it acts: graphs.py (CUDA graphs, static shapes),
-  model.py (weight layout), engine.py (KV budget, batching), prefill.py (batched prefill).
+  compilation.py (compile, compile scope), model.py (weight layout), engine.py (KV budget,
+  batching), prefill.py (batched prefill).
 """
 
 from __future__ import annotations

@@ -17,15 +17,17 @@ Design:
 - A step: admit waiting requests into free slots; prefill chunks (prefill.py: one target
   pass per prefilling request, or with `batched_prefill` all in one padded pass;
   `max_num_batched_tokens` per step shared with the decode rows, the final chunk samples
-  the first token); then one speculative step (spec.py) for every request that was
-  decoding when the step began.
+  the first token); then one speculative step (decode.py over spec.py's stages) for every
+  request that was decoding when the step began. The two stages are modules of their own
+  and reach the engine through its public parts: `forward` (the target pass, graphs.py),
+  `decode_step` (the static program), `proposer_calls`, `timed` and `emit`.
 - The step is batched: rows are gathered into [B] tensors once, the stages run on tensors
   and one `.tolist()` brings the accepted tokens back. A row's output does not depend on its
   batch: drafts are padded after real tokens (invisible under causal attention), sampling
   draws from each request's own `torch.Generator`, quantization scales are static.
 - Speed: the attention length is rounded up to a bucket so shapes repeat; `compile=True`
   wraps the target forward (or, static, the decode program) in `torch.compile`, or with
-  `compile_scope="layer"` each decoder layer (`compile_layers`: a deep model's compile time
+  `compile_scope="layer"` each decoder layer (compilation.py: a deep model's compile time
   is one layer's).
 - Static decode (`static_shapes`, on by default wherever CUDA graphs are): a decode step runs
   as one fixed-shape tensor program, captured per (batch bucket, k) in a CUDA graph at
@@ -36,7 +38,8 @@ Design:
   (model.relayout_linear_weights gives the measurements). The engine re-lays once its
   modules are final, before it captures any graph.
 
-The engine knows nothing of HTTP or text: it takes and returns token ids (serve.py bridges).
+The engine knows nothing of HTTP or text: it takes and returns token ids (the server's
+engine_loop.py bridges).
 """
 
 from __future__ import annotations
@@ -49,25 +52,16 @@ from pathlib import Path
 
 import torch
 
-from specrepro.embedded import prefill
-from specrepro.embedded import spec as spec_mod
+from specrepro.embedded import decode, prefill
+from specrepro.embedded.compilation import CompiledProposer, allow_recompiles, compile_layers
 from specrepro.embedded.config import DTYPES, EngineConfig
-from specrepro.embedded.graphs import _DecodeStep, _Forward, eager_attention
+from specrepro.embedded.graphs import DecodeStep, TargetForward, eager_attention
 from specrepro.embedded.model import relayout_linear_weights, weight_bytes
 from specrepro.embedded.proposers import make_ngram
-from specrepro.embedded.sampling import (
-    SamplingParams,
-    SamplingTensors,
-    make_generator,
-)
-from specrepro.embedded.spec import DecodeBatch
+from specrepro.embedded.sampling import SamplingParams, make_generator
 from specrepro.speculative import SpecConfig
 
 FINISH_REASONS = ("stop", "length", "abort")
-# torch.compile keys its cache by code object: every engine's decode program shares one, and
-# each (batch bucket, k) is a recompilation. Past dynamo's default limit (8) it silently runs
-# eagerly, so a benchmark's later engines would be measured uncompiled.
-RECOMPILE_LIMIT = 256
 
 
 class QueueFullError(RuntimeError):
@@ -123,8 +117,9 @@ class EngineStats:
 
 
 @dataclass
-class _Sequence:
-    """A request's state while it lives in the engine."""
+class RequestState:
+    """A request's state while it lives in the engine (the prefill and decode stages advance
+    it)."""
 
     req: EngineRequest
     generator: torch.Generator
@@ -161,7 +156,7 @@ class LLMEngine:
         self.static = self.use_graphs if cfg.static_shapes is None else bool(cfg.static_shapes)
         if self.proposer is not None:
             self.proposer.static_bound = self.static
-        self._ragged = hasattr(self.proposer, "propose_ragged")  # n-gram: rows draft fewer
+        self.ragged = hasattr(self.proposer, "propose_ragged")  # n-gram: rows draft fewer
         self.eos_token_id = self._eos_id()
         if cfg.quantization == "nvfp4":
             self._quantize_target()
@@ -175,26 +170,23 @@ class LLMEngine:
             self.proposer.allocate(cfg.max_num_seqs + 1, self.cache_len, self.device, self.dtype)
         self._size_pool()  # after allocate: a drafter knows its cache bytes once allocated
         self._seed_counter = 0
-        self._proposer_calls = self.proposer
+        self.proposer_calls = self.proposer
         self._reset_state()
         if self.proposer is not None and self.spec.quantization == "fp8_per_tensor":
             self._quantize_drafter()
             self._reset_state()  # calibration traffic is not the server's
         if self._compile_whole and not self.static and isinstance(self.proposer, torch.nn.Module):
-            self._proposer_calls = _CompiledProposer(self.proposer)
+            self.proposer_calls = CompiledProposer(self.proposer)
         self._relayout_weights()
         if hasattr(self.proposer, "finalize"):  # modules final: fuse what inference reuses
             self.proposer.finalize()
         if cfg.compile and cfg.compile_scope == "layer":
             compile_layers(self.model, self.proposer)
         if cfg.compile:
-            dyn = torch._dynamo.config
-            dyn.recompile_limit = max(dyn.recompile_limit, RECOMPILE_LIMIT)
-            dyn.accumulated_recompile_limit = max(dyn.accumulated_recompile_limit,
-                                                  4 * RECOMPILE_LIMIT)
+            allow_recompiles()
         if self.static and self.use_graphs:  # every shape now: timed regions never capture
             with torch.inference_mode():
-                self._decode_step.capture_all(self.decode_shapes())
+                self.decode_step.capture_all(self.decode_shapes())
 
     @property
     def _compile_whole(self) -> bool:
@@ -214,12 +206,12 @@ class LLMEngine:
     def decode_shapes(self) -> list[tuple[int, int]]:
         """The (batch bucket, k) pairs decode steps can meet: k by batch size (schedule)."""
         n = self.config.max_num_seqs
-        return sorted({(_DecodeStep.bucket(b), self.spec.k_for_batch(b)) for b in range(1, n + 1)})
+        return sorted({(DecodeStep.bucket(b), self.spec.k_for_batch(b)) for b in range(1, n + 1)})
 
     @property
     def graph_failures(self) -> list[str]:
         """Warnings of decode-step captures that fell back (empty when all were captured)."""
-        return list(self._decode_step.failures)
+        return list(self.decode_step.failures)
 
     # ------------------------------------------------------------------ loading
     def _load_target(self, model, tokenizer):
@@ -291,14 +283,15 @@ class LLMEngine:
 
     def _reset_state(self) -> None:
         k_max = self.spec.num_speculative_tokens
-        self._forward = _Forward(self.model, self.cache, self.config, self.scratch_slot,
-                                 self.static, compile=self._compile_whole)
-        self._decode_step = _DecodeStep(self.model, self.cache, self.proposer,
-                                        self.scratch_slot, self.use_graphs, self._compile_whole)
+        # the target pass the stages call, and the static decode program (graphs.py)
+        self.forward = TargetForward(self.model, self.cache, self.config, self.scratch_slot,
+                                     self.static, compile=self._compile_whole)
+        self.decode_step = DecodeStep(self.model, self.cache, self.proposer,
+                                      self.scratch_slot, self.use_graphs, self._compile_whole)
         self.stats = EngineStats(accepted_per_pos=[0] * k_max)
         self.free_slots = list(range(self.config.max_num_seqs - 1, -1, -1))  # pop(): slot 0
-        self.waiting: collections.deque[_Sequence] = collections.deque()
-        self.running: dict[str, _Sequence] = {}
+        self.waiting: collections.deque[RequestState] = collections.deque()
+        self.running: dict[str, RequestState] = {}
         self.reserved_tokens = 0
         self._pending: list[RequestOutput] = []  # abort outputs, returned by the next step
 
@@ -349,7 +342,7 @@ class LLMEngine:
         seed = req.sampling.seed
         if seed is None and req.sampling.is_greedy:
             seed = 0  # greedy rows never draw; a fixed seed avoids reading the OS entropy pool
-        self.waiting.append(_Sequence(req, make_generator(seed, self.device)))
+        self.waiting.append(RequestState(req, make_generator(seed, self.device)))
         self.stats.num_waiting = len(self.waiting)
 
     def abort(self, request_id: str) -> bool:
@@ -384,7 +377,7 @@ class LLMEngine:
             with eager_attention(self.device):
                 prefill.run(self, prefilling, budget, outputs)
         if decoding:
-            self._decode(decoding, k, outputs)
+            decode.run(self, decoding, k, outputs)
         if decoding or prefilling:
             self.stats.num_steps += 1
         self._update_gauges()
@@ -402,7 +395,9 @@ class LLMEngine:
             self.reserved_tokens += need
             self.running[seq.req.request_id] = seq
 
-    def _timed(self, fn: Callable, *args, **kw):
+    def timed(self, fn: Callable, *args, **kw):
+        """fn(*args, **kw), its seconds added to `stats.forward_s` when profiling (synchronized
+        on CUDA so that they are the pass's own); the stages time their passes through it."""
         if not self.config.profile:
             return fn(*args, **kw)
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
@@ -413,82 +408,14 @@ class LLMEngine:
         self.stats.forward_s += time.perf_counter() - t
         return out
 
-    def _decode(self, seqs: list[_Sequence], k: int, outputs: list) -> None:
-        params = [s.req.sampling for s in seqs]
-        all_greedy = all(p.is_greedy for p in params)
-        # the fixed-shape program drafts greedily; sampled drafts take the staged path
-        if self.static and (all_greedy or self._ragged
-                            or self.spec.draft_sample_method == "greedy"):
-            rows = self._decode_static(seqs, k, params, all_greedy)
-        else:
-            with eager_attention(self.device):
-                rows = self._decode_staged(seqs, k, params, all_greedy)
-        # rows: [B] lists (num_drafts, num_accepted, drafts..., next token), one host read
-        self.stats.num_spec_steps += 1
-        for seq, row in zip(seqs, rows):
-            nd, na = row[0], row[1]
-            if nd > 0:
-                seq.spec_steps += 1
-                seq.draft_tokens += nd
-                seq.accepted += na
-                self.stats.num_drafts += 1
-                self.stats.num_draft_tokens += nd
-                self.stats.num_accepted_tokens += na
-                for i in range(na):  # vLLM's accepted-per-position counter
-                    self.stats.accepted_per_pos[i] += 1
-            seq.context_len += na + 1
-            self._emit(seq, row[2:2 + na] + [row[-1]], outputs)
-
-    def _batch(self, seqs: list[_Sequence], params, all_greedy: bool, slots=None,
-               context_len=None, last_token=None) -> DecodeBatch:
-        dev = self.device
-
-        def col(values):
-            return torch.tensor(values, dtype=torch.int64, device=dev)
-        return DecodeBatch(
-            slots=col([s.slot for s in seqs]) if slots is None else slots,
-            context_len=col([s.context_len for s in seqs]) if context_len is None else context_len,
-            last_token=col([s.last_token for s in seqs]) if last_token is None else last_token,
-            params=params, generators=[s.generator for s in seqs], all_greedy=all_greedy,
-            sampling=None if all_greedy else SamplingTensors.from_params(
-                params, self.model.config.vocab_size, dev))
-
-    def _decode_static(self, seqs: list[_Sequence], k: int, params, all_greedy: bool) -> list:
-        """One replay of the (bucket, k) program; sampled rows then verify eagerly."""
-        b = len(seqs)
-        host = self._decode_step.inputs([s.slot for s in seqs], [s.context_len for s in seqs],
-                                        [s.last_token for s in seqs])
-        out = self._timed(self._decode_step, host, k)
-        if all_greedy:  # acceptance ran inside the program
-            return out["rows"][:b].tolist()
-        inputs = host[:, :b].to(self.device)
-        batch = self._batch(seqs, params, False, *inputs)
-        num = out["num_drafts"][:b]
-        drafts = spec_mod.Drafts(out["drafts"][:b], None, num if self._ragged else None)
-        verified = spec_mod.Verified(out["logits"][:b], None, None, [])
-        acc = spec_mod.accept(batch, drafts, verified)
-        return spec_mod.step_rows(drafts, acc)[1].tolist()
-
-    def _decode_staged(self, seqs: list[_Sequence], k: int, params, all_greedy: bool) -> list:
-        """The four stages one by one (spec.speculative_step): the CPU default, and sampled
-        drafts (each row draws from its own generator, which a graph cannot hold)."""
-        batch = self._batch(seqs, params, all_greedy)
-        end = max(s.context_len for s in seqs) + k + 1
-
-        def forward(ids, pos, slots, layers):
-            return self._timed(self._forward, ids, pos, slots, layers, "all", end)
-        drafts, acc = spec_mod.speculative_step(forward, self._timed_proposer(), batch, k,
-                                                self.spec.draft_sample_method)
-        # one transfer back: [B, k + 3] = (num_drafts, num_accepted, drafts..., next token)
-        return spec_mod.step_rows(drafts, acc)[1].tolist()
-
-    def _timed_proposer(self):
+    def timed_proposer(self):
+        """The drafter's calls for a decode step: `proposer_calls`, timed when profiling."""
         if self.proposer is None or not self.config.profile:
-            return self._proposer_calls
-        return _TimedProposer(self._proposer_calls, self._timed)
+            return self.proposer_calls
+        return _TimedProposer(self.proposer_calls, self.timed)
 
     # ------------------------------------------------------------------ outputs
-    def _emit(self, seq: _Sequence, tokens: list[int], outputs: list) -> None:
+    def emit(self, seq: RequestState, tokens: list[int], outputs: list) -> None:
         """Append a step's tokens to a request, stopping at eos, a stop id or max_tokens."""
         req = seq.req
         stops = set(req.stop_token_ids)
@@ -511,12 +438,12 @@ class LLMEngine:
         else:
             self._finish(seq, reason, new, outputs)
 
-    def _output(self, seq: _Sequence, new: list[int], reason: str | None) -> RequestOutput:
+    def _output(self, seq: RequestState, new: list[int], reason: str | None) -> RequestOutput:
         return RequestOutput(seq.req.request_id, new, reason is not None, reason,
                              len(seq.req.prompt_token_ids), seq.spec_steps, seq.accepted,
                              seq.draft_tokens)
 
-    def _finish(self, seq: _Sequence, reason: str, new: list[int], outputs=None) -> None:
+    def _finish(self, seq: RequestState, reason: str, new: list[int], outputs=None) -> None:
         rid = seq.req.request_id
         if self.running.pop(rid, None) is not None:
             self.free_slots.append(seq.slot)
@@ -586,37 +513,3 @@ class _TimedProposer:
         if name in ("propose", "propose_ragged", "observe"):
             return lambda *a, **kw: self.timed(attr, *a, **kw)
         return attr
-
-
-def compile_layers(model, proposer=None) -> int:
-    """Compile every decoder layer of the target and of a drafter in place (compile scope
-    "layer"); returns how many. The layers share one code object and dynamo lifts their
-    weights to inputs, so the compiled graph of one layer serves all of them: a 37-layer
-    stand-in compiles one layer per input shape rather than the unrolled program. Shapes
-    are automatic-dynamic (static first, symbolic once a second shape arrives), so varying
-    prefill chunks do not compile one graph each. Names and state dicts are unchanged."""
-    from specrepro.embedded.model import DecoderLayer
-
-    n = 0
-    for module in (model, proposer):
-        if not isinstance(module, torch.nn.Module):
-            continue
-        for m in module.modules():
-            if isinstance(m, DecoderLayer):
-                m.compile()
-                n += 1
-    return n
-
-
-class _CompiledProposer:
-    """A drafter whose `propose` and `observe` run through `torch.compile` (compile=True).
-    Drafters read lengths with `int(...)`, which splits their graphs; the pieces between
-    still fuse. k is a Python int, so each draft length compiles once."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.propose = torch.compile(inner.propose, dynamic=True)
-        self.observe = torch.compile(inner.observe, dynamic=True)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)

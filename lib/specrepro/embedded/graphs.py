@@ -1,5 +1,7 @@
-"""The engine's fixed-shape programs: the target pass with CUDA graphs (`_Forward`), the
-static decode step (`_DecodeStep`), and the one way both capture a graph (`capture_graph`).
+"""The engine's fixed-shape programs: the target pass with CUDA graphs (`TargetForward`),
+the static decode step (`DecodeStep`), and the one way both capture a graph
+(`capture_graph`). The engine holds one of each (`LLMEngine.forward`, `.decode_step`);
+prefill.py and decode.py call them.
 
 Design:
 - Static decode (`EngineConfig.static_shapes`, on by default wherever CUDA graphs are): a
@@ -13,9 +15,10 @@ Design:
   One host read per step brings back [B, k+3] (drafts, acceptance, next token). Elsewhere
   the same program runs eagerly at the same shapes, so a CPU test runs the code the GPU
   replays.
-- The target pass (`_Forward`) buckets the attention length so shapes repeat (optionally
-  through `torch.compile`) and, on CUDA, replays a graph per (padded batch, length,
-  hidden layers) over whole cache rows; a shape whose capture fails runs eagerly from then on.
+- The target pass (`TargetForward`) buckets the attention length so shapes repeat
+  (optionally through `torch.compile`) and, on CUDA, replays a graph per (padded batch,
+  length, hidden layers) over whole cache rows; a shape whose capture fails runs eagerly
+  from then on.
 - A capture (`capture_graph`): two warm-up runs on a side stream (lazy initialisation,
   cuDNN/cuBLAS plans, the allocator's pools), the current stream waits for them, then
   `torch.cuda.CUDAGraph` records one more run; the recorded run's outputs are static
@@ -66,7 +69,7 @@ def capture_graph(run: Callable[[], Any], warmup: int = 2,
     return graph, out, kept
 
 
-class _Forward:
+class TargetForward:
     """The target pass the stages call: binds the cache, buckets the attention length,
     optionally compiled, and on CUDA replays a captured graph per (batch, length) shape."""
 
@@ -149,7 +152,7 @@ class _Captured:
     out: dict  # static outputs the graph writes
 
 
-class _DecodeStep:
+class DecodeStep:
     """A decode step (propose -> verify -> observe, greedy acceptance) as a fixed-shape
     program per (batch bucket, k): captured in a CUDA graph on CUDA, run eagerly at the same
     shapes elsewhere, so a CPU test runs the code the GPU replays.

@@ -73,10 +73,10 @@ def _one(engine, seq, start: int, end: int, outputs: list) -> None:
     pos = torch.arange(start, end, device=dev)[None]  # [1, T]
     slot = torch.tensor([seq.slot], device=dev)
     last = end == len(prompt)
-    out = engine._timed(engine._forward, ids, pos, slot, _target_layers(engine),
+    out = engine.timed(engine.forward, ids, pos, slot, _target_layers(engine),
                         "last" if last else "none")
     if engine.proposer is not None:
-        engine._timed(engine._proposer_calls.observe, slot, ids, pos, out.hidden)
+        engine.timed(engine.proposer_calls.observe, slot, ids, pos, out.hidden)
     _advance(engine, seq, start, end)
     if last:  # the prompt's last logits give the first output token
         _first_tokens(engine, [seq], out.logits[:, -1], outputs)  # logits [1, V]
@@ -91,9 +91,9 @@ def _padded(engine, batch: list[tuple], width: int, outputs: list) -> None:
         pos[i] = torch.arange(start, start + width)  # pads follow the real positions
     ids, pos = ids.to(dev), pos.to(dev)
     slots = torch.tensor([seq.slot for seq, _, _ in batch], device=dev)  # [B]
-    out = engine._timed(engine._forward, ids, pos, slots, _target_layers(engine), "none")
+    out = engine.timed(engine.forward, ids, pos, slots, _target_layers(engine), "none")
     if engine.proposer is not None:
-        engine._timed(engine._proposer_calls.observe, slots, ids, pos, out.hidden)
+        engine.timed(engine.proposer_calls.observe, slots, ids, pos, out.hidden)
     for seq, start, end in batch:
         _advance(engine, seq, start, end)
     finals = [i for i, (seq, _, end) in enumerate(batch)
@@ -104,7 +104,7 @@ def _padded(engine, batch: list[tuple], width: int, outputs: list) -> None:
     last = torch.tensor([batch[i][2] - batch[i][1] - 1 for i in finals], device=dev)
     h = out.last_hidden[rows, last]  # [F, D]: each final row's last real position
     head = engine.model
-    logits = engine._timed(lambda: head.lm_head(head.model.norm(h)))  # [F, V], as "last" does
+    logits = engine.timed(lambda: head.lm_head(head.model.norm(h)))  # [F, V], as "last" does
     _first_tokens(engine, [batch[i][0] for i in finals], logits, outputs)
 
 
@@ -121,4 +121,4 @@ def _first_tokens(engine, seqs: list, logits: torch.Tensor, outputs: list) -> No
     for i, (seq, p) in enumerate(zip(seqs, params)):
         tok = (greedy[i] if p.is_greedy
                else int(sample(warp(logits[i:i + 1], [p]), [seq.generator])[0]))
-        engine._emit(seq, [tok], outputs)
+        engine.emit(seq, [tok], outputs)
