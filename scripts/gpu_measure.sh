@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One measuring command on the borrowed offline H200 (README, "On the borrowed offline H200"),
+# One measuring command on the offline H200 (docs/gpu-box.md, "On an offline GPU machine"),
 # after the engine bundles are staged:
 #
 #   bash scripts/gpu_measure.sh SUITE DEADLINE_S ARCHIVE [--probe STUDY] [specrepro run options...]

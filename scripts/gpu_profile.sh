@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Torch-profiler summaries of engines on the borrowed offline H200 (README, "On the borrowed
-# offline H200"), after the engine bundles are staged:
+# Torch-profiler summaries of engines on the offline H200 (docs/gpu-box.md, "Where an
+# engine's time goes"), after the engine bundles are staged:
 #
 #   bash scripts/gpu_profile.sh SUITE ARCHIVE STUDY:ARM[:STREAMS] ...
 #   bash scripts/gpu_profile.sh params/h200-engines.yaml $OUT/profiles.tar.gz \

@@ -50,9 +50,10 @@ TEXT_NAME = re.compile(r"conda\s+(?:activate|run\b[^\n`]*?(?:-n|--name),?)\s+([\
 
 
 def named_in_text() -> dict[str, set[str]]:
-    """conda environment name -> the README and docs that name it in a command."""
+    """conda environment name -> the README and docs (docs/gpu-box.md, the maintainers' and
+    bench notes included) that name it in a command."""
     out: dict[str, set[str]] = {}
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         for m in TEXT_NAME.finditer(path.read_text()):
             out.setdefault(m.group(1) or m.group(2), set()).add(path.name)
     return out
