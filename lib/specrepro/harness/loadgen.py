@@ -442,7 +442,7 @@ class LoadGenerator:
                 await self._closed_loop(session, list(enumerate(warm)), self.warmup_records,
                                         warmup=True)
             result = LoadResult(self.records, None)
-            result.before = await _call(scrape)
+            result.before = await steady.call_scrape(scrape)
             start = result.load_start = time.monotonic()
             if cfg.mode == "requests":
                 await self._closed_loop(session, list(enumerate(prompts)), self.records)
@@ -452,7 +452,7 @@ class LoadGenerator:
                 await steady.run_window(self, session, prompts, result, scrape, start)
             else:
                 await self._window(session, prompts, result, scrape, start)
-            result.after = await _call(scrape)
+            result.after = await steady.call_scrape(scrape)
         return result
 
     async def _window(self, session, prompts, result: LoadResult, scrape, start: float) -> None:
@@ -467,11 +467,11 @@ class LoadGenerator:
             i = next(counter)
             return i, prompts[i % len(prompts)]
 
-        workers = [asyncio.create_task(self._worker(session, next_item, self.records,
+        workers = [asyncio.create_task(self.worker(session, next_item, self.records,
                                                     stream=i))
                    for i in range(self.cfg.concurrency)]
         await asyncio.sleep(self.cfg.window_s)
-        result.window = await _call(scrape)
+        result.window = await steady.call_scrape(scrape)
         end = time.monotonic()
         stop.set()
         result.wall_s, result.span = end - start, (start, end)
@@ -485,11 +485,13 @@ class LoadGenerator:
             return queue.pop() if queue else None
 
         n = min(self.cfg.concurrency, len(items))
-        await asyncio.gather(*(self._worker(session, next_item, sink, warmup, stream=i)
+        await asyncio.gather(*(self.worker(session, next_item, sink, warmup, stream=i)
                                for i in range(n)))
 
-    async def _worker(self, session, next_item, sink: list[RequestRecord],
-                      warmup: bool = False, stream: int | None = None) -> None:
+    async def worker(self, session, next_item, sink: list[RequestRecord],
+                     warmup: bool = False, stream: int | None = None) -> None:
+        """One stream: send `next_item()`'s requests one after another until it gives None
+        (steady.run_window drives these too)."""
         while (item := next_item()) is not None:
             idx, prompt = item
             await self.send(session, idx, prompt, sink, warmup, stream)
@@ -544,11 +546,6 @@ class LoadGenerator:
             timer.chunk(body, time.monotonic())
             if timer.r.error is not None:
                 break
-
-
-async def _call(scrape: Scrape | None) -> Any:
-    """Run a blocking scrape (urllib) off the event loop, so streams keep flowing."""
-    return None if scrape is None else await asyncio.to_thread(scrape)
 
 
 def run_load(prompts: Sequence[Prompt], cfg: LoadConfig,
