@@ -2,8 +2,8 @@
 proxy): nothing is launched or stopped.
 
 Design: `AttachAdapter` is given the adapters of the engines it can find behind a URL
-(the registry's `ATTACHABLE`, package `__init__`), so it imports none of their modules
-for their facts: which one answers (`profile.attached_engine` where the profile says,
+(the registry's `ATTACHABLE`, package `__init__`) and asks each, by `detect_rank`, whether
+the URL's routes are its engine's (`answers_as`): which one answers (`profile.attached_engine` where the profile says,
 else `detect`) decides whose routes, metric names and request fields apply
 (`served_by`). An OpenAI-compatible server that is none of them is `generic`
 (generic.py), with warnings naming what cannot be measured on it.
@@ -14,11 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from specrepro.harness.engine_handle import EngineHandle
-from specrepro.harness.engines.base import EngineAdapter, EngineError, facts_warnings
-from specrepro.harness.engines.embedded import EmbeddedAdapter
-from specrepro.harness.engines.generic import GenericAdapter
+from specrepro.harness.engines.base import EngineAdapter, EngineError, Probe, facts_warnings
 from specrepro.harness.engines.sglang import SGLangAdapter
-from specrepro.harness.process import Placement, http_get, http_json, poll_ready, read_version
+from specrepro.harness.process import Placement, poll_ready, read_version
 from specrepro.params import Profile
 
 
@@ -67,35 +65,26 @@ class AttachAdapter(EngineAdapter):
         if status != 200:
             raise EngineError(f"profile {profile.name!r}: {handle.url}{routes.ready[route]} "
                               f"answers {status or 'nothing'}, not 200; the engine is not ready")
-        if isinstance(found, GenericAdapter):
-            handle.warnings.append(
-                f"profile {profile.name!r}: {handle.url} is an OpenAI-compatible server that is "
-                "neither vLLM, SGLang nor the embedded engine (no /version or /server_info): "
-                "attached as a generic engine; its requests are timed, its engine facts "
-                "(version, KV pool, acceptance) are unknown")
+        handle.warnings += found.attached_warnings(profile, handle.url)
         handle.version = read_version(handle.url, routes)
         handle.warnings += facts_warnings(handle, probe, routes, found.metrics)
         return handle
 
     def detect(self, url: str, declared: str | None = None) -> str | None:
-        """The engine behind a URL: the declared one, else by its routes (`/version` answers
-        on vLLM and the embedded engine, whose version names it; `/server_info` on
-        SGLang; `/health` or `/v1/models` on any OpenAI-compatible server)."""
+        """The engine behind a URL: the declared one, else the first attachable adapter,
+        by `detect_rank`, whose `answers_as` recognises its routes (`/version` answers on
+        vLLM and the embedded engine, whose version names it; `/server_info` on SGLang;
+        `/health` or `/v1/models` on any OpenAI-compatible server)."""
         if declared is not None:
             return declared
-        body = http_json(f"{url}/version")
-        if isinstance(body, dict) and body.get("version") is not None:
-            embedded = EmbeddedAdapter.VERSION_MARK in str(body.get("version"))
-            return EmbeddedAdapter.kind if embedded else self.attachable["vllm"].kind
-        if http_json(f"{url}{SGLangAdapter.routes.version[0]}") is not None:
-            return SGLangAdapter.kind
-        if any(http_get(f"{url}{r}")[0] == 200 for r in self.routes.ready):
-            return GenericAdapter.kind
-        return None
+        probe = Probe(url)
+        ranked = sorted((a for a in self.attachable.values() if a.detect_rank is not None),
+                        key=lambda a: a.detect_rank)
+        return next((a.kind for a in ranked if a.answers_as(probe)), None)
 
     def served_by(self, handle: EngineHandle) -> EngineAdapter:
-        """The engine found behind the URL (vLLM's until one is)."""
-        return self.attachable[handle.attached or "vllm"]
+        """The engine found behind the URL."""
+        return self.attachable[handle.attached] if handle.attached else self
 
     # Whatever answers is asked for SGLang's per-response acceptance fields, as a launched
     # SGLang is, when the profile's return_spec_details says so.

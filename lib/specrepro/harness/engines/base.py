@@ -55,6 +55,7 @@ from specrepro.harness.process import (
     Routes,
     StartupInfo,
     http_get,
+    http_json,
     parse_log,
     poll_ready,
     read_version,
@@ -77,6 +78,28 @@ OPENAI_ROUTES = Routes(("/health", "/v1/models"), ())
 # Acceptance counts of a cell: (drafts, draft tokens, accepted tokens, accepted per position)
 Counts = tuple[Any, Any, Any, Any]
 
+
+class Probe:
+    """What a URL answers, each route asked once: how attach.py asks every adapter
+    whether the engine behind the URL is its own (`EngineAdapter.answers_as`)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.bodies: dict[str, Any] = {}
+        self.statuses: dict[str, int] = {}
+
+    def json(self, route: str) -> Any:
+        """The route's JSON body, None unless it answers 200 with JSON."""
+        if route not in self.bodies:
+            self.bodies[route] = http_json(f"{self.url}{route}")
+        return self.bodies[route]
+
+    def status(self, route: str) -> int:
+        """The route's HTTP status, 0 when nothing answers."""
+        if route not in self.statuses:
+            self.statuses[route] = http_get(f"{self.url}{route}")[0]
+        return self.statuses[route]
+
 # ---------------------------------------------------------------------------- adapters
 
 
@@ -92,6 +115,9 @@ class EngineAdapter:
     launches: ClassVar[bool] = True  # a process this harness starts (and may keep running)
     in_process: ClassVar[bool] = False  # served inside the harness (transformers.py)
     why_unpinned: ClassVar[str | None] = None  # why its CPUs are not the harness's to choose
+    # Where attach.py asks it whether a URL's engine is its own, lowest first (a more
+    # specific answer before a more general one); None: never found behind a URL.
+    detect_rank: ClassVar[int | None] = None
     threads_flag: ClassVar[str | None] = None  # the engine's CPU-threads flag, if it has one
     # How the engine writes torch.profiler traces to a folder, between POST /start_profile
     # and POST /stop_profile (harness/profiling.py): the flags and environment that turn it
@@ -152,6 +178,14 @@ class EngineAdapter:
     def request_extras(self, profile: Profile) -> dict:
         """Fields added to every request of the profile's load (the OpenAI routes)."""
         return {}
+
+    def answers_as(self, probe: Probe) -> bool:
+        """Whether the engine behind a URL is this one, by what its routes answer."""
+        return False
+
+    def attached_warnings(self, profile: Profile, url: str) -> list[str]:
+        """What to warn of when this engine is found behind an attached URL."""
+        return []
 
     def served_by(self, handle: EngineHandle) -> EngineAdapter:
         """The adapter of the engine that answers on a handle: this one, or what attach.py

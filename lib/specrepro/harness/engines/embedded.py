@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from specrepro import speculative
+from specrepro.harness.engines.base import Probe
 from specrepro.harness.engines.vllm import VLLMAdapter
 from specrepro.harness.flags import FlagCheck, flag_name, profile_file, render_flags
 from specrepro.params import Profile
@@ -32,6 +33,12 @@ class EmbeddedAdapter(VLLMAdapter):
     kind = "embedded"
     what = "the embedded engine"
     VERSION_MARK = "specrepro-embedded"  # in its /version: how an attached one is told apart
+    detect_rank = 0  # before vLLM's, whose /version it shares
+
+    def answers_as(self, probe: Probe) -> bool:
+        """vLLM's `/version`, naming the embedded engine."""
+        body = probe.json(self.routes.version[0])
+        return super().answers_as(probe) and self.VERSION_MARK in str(body.get("version"))
     threads_flag = "--threads"
     profiling: ClassVar[dict[str, dict]] = {"flags": {"profile-dir": "{dir}"}}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrepro.harness.engines.base import OPENAI_ROUTES, EngineAdapter
+from specrepro.harness.engines.base import OPENAI_ROUTES, EngineAdapter, Probe
 from specrepro.harness.loadgen import RequestFeatures
 from specrepro.harness.promtext import MetricNames
 from specrepro.params import Profile
@@ -28,6 +28,17 @@ class GenericAdapter(EngineAdapter):
                       "not known in any case"))
     request_features = RequestFeatures(continuous_usage_stats=False, return_token_ids=False)
     launches = False
+    detect_rank = 9  # last: any OpenAI-compatible server answers these
+
+    def answers_as(self, probe: Probe) -> bool:
+        """`/health` or `/v1/models` answers 200."""
+        return any(probe.status(r) == 200 for r in self.routes.ready)
+
+    def attached_warnings(self, profile: Profile, url: str) -> list[str]:
+        return [(f"profile {profile.name!r}: {url} is an OpenAI-compatible server that is "
+                 "neither vLLM, SGLang nor the embedded engine (no /version or /server_info): "
+                 "attached as a generic engine; its requests are timed, its engine facts "
+                 "(version, KV pool, acceptance) are unknown")]
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
         return []

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from specrepro.harness.engines.base import Counts, EngineAdapter
+from specrepro.harness.engines.base import Counts, EngineAdapter, Probe
 from specrepro.harness.flags import FlagCheck, model_flags, profile_file, render_flags
 from specrepro.harness.loadgen import RequestFeatures, RequestRecord
 from specrepro.harness.process import LogFact, Routes
@@ -225,6 +225,12 @@ class SGLangAdapter(EngineAdapter):
                 "--tensor-parallel-size": "parallel", "--dp-size": "parallel",
                 "--data-parallel-size": "parallel", "--enable-metrics": "engine (always on)",
                 **{f: "speculative" for f in SPEC_FLAGS}}
+
+    detect_rank = 2
+
+    def answers_as(self, probe: Probe) -> bool:
+        """Its `/server_info` answers JSON."""
+        return probe.json(self.routes.version[0]) is not None
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
         accepted, what = self.flag_list(profile)

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import ClassVar
 
-from specrepro.harness.engines.base import EngineAdapter
+from specrepro.harness.engines.base import EngineAdapter, Probe
 from specrepro.harness.flags import FlagCheck, flag_name, model_flags, profile_file, render_flags
 from specrepro.harness.loadgen import RequestFeatures
 from specrepro.harness.process import LogFact, Routes
@@ -107,6 +107,13 @@ class VLLMAdapter(EngineAdapter):
     # holds CPU and GPU events, the front end's a CPU trace of its own
     profiling: ClassVar[dict[str, dict]] = {
         "flags": {"profiler-config": {"profiler": "torch", "torch_profiler_dir": "{dir}"}}}
+
+    detect_rank = 1
+
+    def answers_as(self, probe: Probe) -> bool:
+        """Its `/version` answers {"version": ...}."""
+        body = probe.json(self.routes.version[0])
+        return isinstance(body, dict) and body.get("version") is not None
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
         accepted, what = self.flag_list(profile)
