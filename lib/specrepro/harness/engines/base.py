@@ -100,6 +100,7 @@ class Probe:
             self.statuses[route] = http_get(f"{self.url}{route}")[0]
         return self.statuses[route]
 
+
 # ---------------------------------------------------------------------------- adapters
 
 
