@@ -58,7 +58,7 @@ Design:
   deadline passes: Ctrl-C's own path, so the cell in flight is stored as `interrupted` and
   the engine stopped. The session ends as `deadline`, `RunSummary.left` counts the cells a
   resumed run will measure, the exit status is 75 (EX_TEMPFAIL). The teardown (engine stop,
-  up to 2 x `process.STOP_GRACE_S`; merge; archive) follows the deadline: leave room for it.
+  up to 2 x `engine_handle.STOP_GRACE_S`; merge; archive) follows the deadline: leave room for it.
   Off the main thread (a notebook's worker) only the check between cells applies.
 - An archive (`Archive`: `--archive PATH`) is one .tar.gz of the stores a command writes
   (`<study>/<run_id>/...`), rewritten whole when the session begins, after each engine
