@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specrepro.harness import promtext
+from specrepro.harness import engines, promtext
 from specrepro.harness.engines.base import EngineError
 from specrepro.harness.promtext import CounterReset, delta
 from specrepro.metrics import acceptance_length, per_position_acceptance
