@@ -455,7 +455,7 @@ def test_sglang_readiness_never_touches_health(fake, tmp_path):
         assert engine.version == "0.5.23"
         assert engine.startup.kv_pool_tokens == 412345 and engine.startup.max_running_requests == 11
         assert engine.request_extras() == {"return_spec_tokens_details": True}
-        assert engine.engine == "sglang"
+        assert engine.served_by.kind == "sglang"
     requests = [l for l in engine.log_path.read_text().splitlines() if l.startswith("request")]
     assert "request /ready" in requests and not any("/health" in r for r in requests)
 
