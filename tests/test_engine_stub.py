@@ -87,8 +87,8 @@ def test_a_stub_engine_runs_through_the_registry(stub):
     body = request_body(Prompt(id="p", workload="w", text="hi", max_tokens=4), cfg, 1)[1]
     assert "return_token_ids" not in body and body["stream_options"] == {"include_usage": True}
     assert counters_delta(LoadResult([], 1.0), adapter, "after", warnings, "http://x") is None
-    assert warnings == ["http://x/metrics did not answer: not measured: acceptance (the stub "
-                        "counts it on /metrics only)"]
+    assert warnings == [("http://x/metrics did not answer: not measured: acceptance (the stub "
+                         "counts it on /metrics only)")]
 
 
 def test_the_registry_and_the_params_engine_kinds_agree():
