@@ -67,8 +67,7 @@ async def bench(streams: int, requests: int, tokens: int) -> dict:
     url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
     prompts = [Prompt(id=f"b{i}", workload="bench", max_tokens=tokens,
                       messages=[{"role": "user", "content": "go"}]) for i in range(requests)]
-    gen = LoadGenerator(LoadConfig(url=url, model="bench", concurrency=streams,
-                                   engine="vllm"))
+    gen = LoadGenerator(LoadConfig(url=url, model="bench", concurrency=streams))  # vLLM's features
     cpu0 = time.process_time()
     result = await gen.arun(prompts)
     cpu = time.process_time() - cpu0

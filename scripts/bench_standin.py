@@ -112,7 +112,7 @@ def speed_cell(handle, prompts, c: int, plan: dict, nvml: Nvml) -> dict:
 
     cfg = LoadConfig(url=handle.url, model=handle.profile.model.served_name, concurrency=c,
                      mode="window", window_s=sp["skip_s"] + sp["window_s"], ignore_eos=True,
-                     engine=handle.profile.engine)
+                     features=handle.served_by.request_features)
     res = LoadGenerator(cfg).run(spread, scrape)
     (t0, m0, e0), (t1, m1, e1) = marks[1], marks[2]  # steady start, window end
     a, b = scalars(m0), scalars(m1)
@@ -139,8 +139,9 @@ def accept(handle, m0: str, m1: str, records=()) -> dict:
     embedded engine's counters, SGLang's per-response fields or else its counters."""
     from specrepro.harness import cells, promtext
 
-    d = promtext.delta(promtext.parse(m0, handle.engine), promtext.parse(m1, handle.engine))
-    a = cells.acceptance(d, list(records), promtext.ENGINE_FAMILY.get(handle.engine, "vllm"))
+    served = handle.served_by
+    d = promtext.delta(promtext.parse(m0, served.metrics), promtext.parse(m1, served.metrics))
+    a = cells.acceptance(d, list(records), served)
     return {"drafts": a["num_drafts"], "accepted": a["num_accepted_tokens"],
             "acceptance_length": a["acceptance_length"]}
 
@@ -150,7 +151,7 @@ def accept_cell(handle, prompts, c: int) -> dict:
 
     texts: list[str] = []
     cfg = LoadConfig(url=handle.url, model=handle.profile.model.served_name, concurrency=c,
-                     engine=handle.profile.engine)
+                     features=handle.served_by.request_features)
     res = LoadGenerator(cfg).run(prompts, lambda: texts.append(handle.metrics_text() or ""))
     out = [r.text for r in sorted(res.records, key=lambda r: r.request_idx)]
     return {"kind": "accept", "concurrency": c, "wall_s": res.wall_s,

@@ -26,14 +26,9 @@ import polars as pl
 import pytest
 
 from specrepro import results
-from specrepro.harness import promtext
-from specrepro.harness.cells import (
-    NOT_COUNTED,
-    acceptance,
-    counters_delta,
-    latency_fields,
-    sglang_counts,
-)
+from specrepro.harness import engines
+from specrepro.harness.cells import acceptance, counters_delta, latency_fields
+from specrepro.harness.engines.sglang import NOT_COUNTED, sglang_counts
 from specrepro.harness.loadgen import LoadResult, RequestRecord, StreamTimer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engines"
@@ -168,9 +163,9 @@ def test_sglang_0_5_14_acceptance_from_its_counters():
     result = LoadResult([], 1.0, (SGLANG / "dflash_light.metrics-before.txt").read_text(),
                         after=(SGLANG / "dflash_light.metrics-after.txt").read_text())
     warnings: list[str] = []
-    delta = counters_delta(result, "sglang", "after", warnings)
+    delta = counters_delta(result, engines.engine("sglang"), "after", warnings)
     records = [RequestRecord(i, f"p{i}", 0) for i in range(6)]  # no per-response fields
-    acc = acceptance(delta, records, "sglang", warnings, k=7)
+    acc = acceptance(delta, records, engines.engine("sglang"), warnings, k=7)
     assert acc["num_drafts"] == 158 and acc["num_accepted_tokens"] == 384 - 158 - 6
     assert acc["acceptance_length"] == pytest.approx(1 + 220 / 158)
     assert acc["num_draft_tokens"] is None and acc["draft_acceptance_rate"] is None
@@ -189,21 +184,22 @@ def test_sglang_per_response_fields_only_when_every_response_has_them():
         r = RequestRecord(i, f"p{i}", 0)
         r.spec = {"sglext": {"spec_tokens_details": d}}
         full.append(r)
-    acc = acceptance(None, full, "sglang", k=7)
+    acc = acceptance(None, full, engines.engine("sglang"), k=7)
     assert acc["num_drafts"] == 79 and sum(acc["per_position_acceptance"]) == pytest.approx(
         114 / 79)
     warnings: list[str] = []
-    partial = acceptance(None, [*full, RequestRecord(3, "p3", 0)], "sglang", warnings)
+    partial = acceptance(None, [*full, RequestRecord(3, "p3", 0)], engines.engine("sglang"),
+                         warnings)
     assert partial["num_drafts"] is None and partial["acceptance_length"] is None
     assert "3 of 4 SGLang responses carried per-request acceptance fields" in warnings[0]
 
 
 def test_missing_metrics_names_the_url_and_the_lost_figures():
     warnings: list[str] = []
-    assert counters_delta(LoadResult([], 1.0), "vllm", "after", warnings,
+    assert counters_delta(LoadResult([], 1.0), engines.engine("vllm"), "after", warnings,
                           "http://127.0.0.1:8000") is None
     assert warnings == [(f"http://127.0.0.1:8000/metrics did not answer: not measured: "
-                         f"{promtext.LOST_WITHOUT_METRICS['vllm']}")]
+                         f"{engines.engine('vllm').metrics.lost_without}")]
     assert "per_position_acceptance" in warnings[0]
 
 

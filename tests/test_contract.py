@@ -14,7 +14,10 @@ import pytest
 import yaml
 
 from specrepro import speculative
-from specrepro.harness.engines import ADAPTERS, EmbeddedAdapter, SGLangAdapter, VLLMAdapter
+from specrepro.harness.engines import ENGINES
+from specrepro.harness.engines.embedded import EmbeddedAdapter
+from specrepro.harness.engines.sglang import SGLangAdapter
+from specrepro.harness.engines.vllm import VLLMAdapter
 from specrepro.harness.flags import engine_cli, flag_name
 from specrepro.params import ParamsError, Profile, load_profile
 
@@ -30,7 +33,7 @@ def embedded_profile(tmp_path: Path, **fields) -> tuple[Profile, Path]:
 def problem_keys(profile: Profile, path: Path) -> set[str]:
     """The keys the adapter's check names; empty when the profile renders."""
     try:
-        ADAPTERS["embedded"].render_argv(profile, path)
+        ENGINES["embedded"].render_argv(profile, path)
     except ParamsError as err:
         return {p.key for p in err.problems}
     return set()

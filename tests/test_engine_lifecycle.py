@@ -21,7 +21,7 @@ import psutil
 import pytest
 import yaml
 
-from specrepro.harness import lifecycle, process, promtext
+from specrepro.harness import engines, lifecycle, process, promtext
 from specrepro.harness.run_command import main as run_main
 from specrepro.results import ResultStore
 
@@ -87,7 +87,8 @@ def tiny_study(tmp: Path, ckpt: Path, port: int) -> Path:
 
 def streaming(url: str) -> bool:
     status, body = process.http_get(f"{url}/metrics", timeout=2)
-    snap = promtext.parse(body.decode(), "embedded") if status == 200 else None
+    snap = (promtext.parse(body.decode(), engines.engine("embedded").metrics) if status == 200
+            else None)
     return snap is not None and (snap.requests_running or 0) > 0
 
 

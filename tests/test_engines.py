@@ -18,16 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specrepro.harness import engines, process
-from specrepro.harness.engines import (
-    EngineError,
-    launch,
-    parse_sglang_log,
-    parse_vllm_log,
-    render_argv,
-    startup_error,
-)
+from specrepro.harness import engine_handle, engines
+from specrepro.harness.engines import base, launch, render_argv
+from specrepro.harness.engines.base import EngineError
 from specrepro.harness.flags import engine_cli
+from specrepro.harness.process import startup_error
 from specrepro.params import ParamsError, Profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +31,14 @@ VLLM_026, SGLANG_0514 = FIXTURES / "vllm-0.26.0", FIXTURES / "sglang-0.5.14"
 PROFILES = sorted((ROOT / "params" / "profiles").glob("*.yaml"))
 VLLM = [p for p in PROFILES if p.name.startswith("vllm-")]
 SGLANG = [p for p in PROFILES if p.name.startswith("sglang-")]
+
+
+def parse_vllm_log(text: str):
+    return engines.engine("vllm").parse_log(text)
+
+
+def parse_sglang_log(text: str):
+    return engines.engine("sglang").parse_log(text)
 
 
 def command_len(profile: Profile) -> int:
@@ -452,7 +455,7 @@ def test_sglang_readiness_never_touches_health(fake, tmp_path):
         assert engine.version == "0.5.23"
         assert engine.startup.kv_pool_tokens == 412345 and engine.startup.max_running_requests == 11
         assert engine.request_extras() == {"return_spec_tokens_details": True}
-        assert engine.engine == "sglang"
+        assert engine.served_by.kind == "sglang"
     requests = [l for l in engine.log_path.read_text().splitlines() if l.startswith("request")]
     assert "request /ready" in requests and not any("/health" in r for r in requests)
 
@@ -463,7 +466,7 @@ def test_process_death_fails_fast_with_log_tail(fake, tmp_path):
         launch(fake("vllm", FAKE_MODE="die", timeout=60), tmp_path)
     assert time.monotonic() - started < 10
     assert "exited with code 3" in str(err.value)
-    assert not process._LIVE
+    assert not engine_handle.live_handles()
 
 
 def test_ready_timeout_stops_the_group(fake, tmp_path):
@@ -481,16 +484,16 @@ def test_ctrl_c_while_waiting_leaves_no_orphan(fake, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         real_sleep(seconds)
 
-    monkeypatch.setattr(engines.time, "sleep", interrupted)
+    monkeypatch.setattr(base.time, "sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
         launch(fake("vllm", FAKE_MODE="never_ready", FAKE_DELAY="0"), tmp_path)
     monkeypatch.undo()
     assert gone_within(child_pid(log), seconds=5)  # SIGKILL is delivered asynchronously
-    assert not process._LIVE
+    assert not engine_handle.live_handles()
 
 
 def test_sigterm_ignored_escalates_to_sigkill(fake, tmp_path, monkeypatch):
-    monkeypatch.setattr(process, "STOP_GRACE_S", 1.0)
+    monkeypatch.setattr(engine_handle, "STOP_GRACE_S", 1.0)
     engine = launch(fake("vllm", FAKE_MODE="stubborn"), tmp_path)
     child = child_pid(engine.log_path)
     engine.stop()
@@ -513,7 +516,7 @@ def test_attach_detects_the_engine_behind_the_url(fake, tmp_path):
             "name": "attach-test", "engine": "attach", "url": served.url + "/v1",
             "model": {"id": "fake/model"}, "return_spec_details": True})
         handle = launch(attached, tmp_path)
-        assert handle.engine == "sglang" and handle.version == "0.5.23"
+        assert handle.served_by.kind == "sglang" and handle.version == "0.5.23"
         assert handle.process is None
         handle.stop()  # nothing to stop; the served engine stays up
         assert served.alive()
@@ -595,7 +598,7 @@ def test_attach_generic_openai_server(fake, tmp_path):
                                            "url": served.url + "/v1",
                                            "model": {"id": "fake/model"}})
         handle = launch(attached, tmp_path)
-        assert handle.attached == "generic" and handle.engine == "generic"
+        assert handle.attached == "generic" and handle.served_by.kind == "generic"
         assert handle.version is None
         text = "\n".join(handle.warnings)
         assert "neither vLLM, SGLang nor the embedded engine" in text

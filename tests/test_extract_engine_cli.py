@@ -1,4 +1,4 @@
-"""scripts/extract_engine_cli.py: the rules it reads from the engines' wheels, and the lists it
+"""The flag extractor (specrepro.harness.engine_cli, run as scripts/extract_engine_cli.py): the rules it reads from the engines' wheels, and the lists it
 committed for vLLM 0.26.0 / 0.33.0 and SGLang 0.5.14 / 0.5.23.
 
 The rule tests build small synthetic wheels (zip files of fake sources in each engine's
@@ -9,33 +9,22 @@ skipped when it is absent (SPECREPRO_WHEEL_DIR, .cache/wheels, ~/.cache/specrepr
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
-import sys
 import textwrap
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from specrepro.harness.engine_cli.extract import extract, main
+from specrepro.harness.engine_cli.parser_dump import compare_parser
+from specrepro.harness.engine_cli.wheel import ExtractError, Wheel, literal_values, lookup, sha256
 from specrepro.harness.flags import FlagCheck, engine_cli, render_flags
 from specrepro.params import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI_DIR = ROOT / "lib" / "specrepro" / "harness" / "engine_cli"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("extract_engine_cli",
-                                                  ROOT / "scripts" / "extract_engine_cli.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["extract_engine_cli"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-X = load_script()
 
 
 def make_wheel(tmp_path: Path, name: str, files: dict[str, str]) -> Path:
@@ -372,7 +361,7 @@ def vllm_files(**replace: str) -> dict[str, str]:
 @pytest.fixture
 def vllm(tmp_path):
     wheel = make_wheel(tmp_path, "vllm-9.9.9-cp38-abi3-manylinux_2_28_x86_64.whl", vllm_files())
-    return X.extract(wheel)
+    return extract(wheel)
 
 
 def test_vllm_boolean_fields_get_no_x_and_others_do_not(vllm):
@@ -441,7 +430,7 @@ def test_vllm_bool_rule_is_read_from_the_wheel(tmp_path):
     # A vLLM whose _compute_kwargs makes bool fields store_true has no --no-X for them.
     files = vllm_files(**{"vllm/engine/arg_utils.py": VLLM_ARG_UTILS.replace(
         "BOOL_ACTION", '"store_true"')})
-    data = X.extract(make_wheel(tmp_path, "vllm-9.9.9-x.whl", files))
+    data = extract(make_wheel(tmp_path, "vllm-9.9.9-x.whl", files))
     assert "--enable-prefix-caching" in data["flags"]
     assert "--no-enable-prefix-caching" not in data["flags"]
     assert "--enable-prefix-caching" in data["boolean_flags"]
@@ -457,8 +446,8 @@ def test_vllm_unknown_rule_fails_naming_its_line(tmp_path):
     wheel = make_wheel(tmp_path, "vllm-9.9.9-x.whl", files)
     line = next(i for i, text in enumerate(textwrap.dedent(changed).splitlines(), 1)
                 if "field.default is False" in text)
-    with pytest.raises(X.ExtractError, match=rf"vllm/engine/arg_utils.py:{line}: unknown test"):
-        X.extract(wheel)
+    with pytest.raises(ExtractError, match=rf"vllm/engine/arg_utils.py:{line}: unknown test"):
+        extract(wheel)
 
 
 def test_vllm_parser_that_rewrites_arguments_fails(tmp_path):
@@ -470,9 +459,9 @@ def test_vllm_parser_that_rewrites_arguments_fails(tmp_path):
     assert rewriting != VLLM_FLEXIBLE_PARSER
     wheel = make_wheel(tmp_path, "vllm-9.9.9-x.whl",
                        vllm_files(**{"vllm/utils/argparse_utils.py": rewriting}))
-    with pytest.raises(X.ExtractError, match=r"vllm/utils/argparse_utils.py:\d+: "
+    with pytest.raises(ExtractError, match=r"vllm/utils/argparse_utils.py:\d+: "
                                              r"FlexibleArgumentParser.add_argument assigns args"):
-        X.extract(wheel)
+        extract(wheel)
 
 
 def test_vllm_boolean_action_subclass_with_own_init_fails(tmp_path):
@@ -486,21 +475,21 @@ def test_vllm_boolean_action_subclass_with_own_init_fails(tmp_path):
         "@config\nclass BaseFrontendArgs:")
     wheel = make_wheel(tmp_path, "vllm-9.9.9-x.whl", vllm_files(
         **{"vllm/entrypoints/openai/cli_args.py": "from typing import Literal\n" + cli}))
-    with pytest.raises(X.ExtractError, match="EnableDisable subclasses BooleanOptionalAction"):
-        X.extract(wheel)
+    with pytest.raises(ExtractError, match="EnableDisable subclasses BooleanOptionalAction"):
+        extract(wheel)
 
 
 def test_vllm_cli_module_found_where_the_wheel_has_it(tmp_path):
     files = vllm_files()
     files["vllm/entrypoints/common/cli_args.py"] = files.pop("vllm/entrypoints/openai/cli_args.py")
-    data = X.extract(make_wheel(tmp_path, "vllm-9.9.9-x.whl", files))
+    data = extract(make_wheel(tmp_path, "vllm-9.9.9-x.whl", files))
     assert data["layout"] == "make_arg_parser in vllm/entrypoints/common/cli_args.py"
     assert "--no-enable-prefix-caching" in data["flags"]
     del files["vllm/entrypoints/common/cli_args.py"]
-    with pytest.raises(X.ExtractError, match=r"vllm-9.9.9-y.whl: no make_arg_parser .*"
+    with pytest.raises(ExtractError, match=r"vllm-9.9.9-y.whl: no make_arg_parser .*"
                                              r"vllm/entrypoints/openai/cli_args.py.*"
                                              r"vllm/entrypoints/common/cli_args.py"):
-        X.extract(make_wheel(tmp_path, "vllm-9.9.9-y.whl", files))
+        extract(make_wheel(tmp_path, "vllm-9.9.9-y.whl", files))
 
 
 # ----------------------------------------------------------------------- fake SGLang wheels
@@ -542,7 +531,7 @@ def test_vllm_enable_disable_action_pairs_enable_with_disable(tmp_path):
     # --disable-x (no value) beside --no-enable-x; other booleans only --no-X.
     parser = enable_disable_parser(
         'self.register("action", BooleanOptionalAction, EnableDisableAction)')
-    data = X.extract(make_wheel(tmp_path, "vllm-9.9.9-x.whl", vllm_files(
+    data = extract(make_wheel(tmp_path, "vllm-9.9.9-x.whl", vllm_files(
         **{"vllm/utils/argparse_utils.py": parser})))
     flags = set(data["flags"])
     assert {"--enable-prefix-caching", "--no-enable-prefix-caching",
@@ -551,34 +540,34 @@ def test_vllm_enable_disable_action_pairs_enable_with_disable(tmp_path):
     assert "--disable-prefix-caching" in data["boolean_flags"]
     assert "--disable-prefix-caching" not in data["flag_aliases"]
     assert "--no-expert-parallel" in flags and "--disable-expert-parallel" not in flags
-    plain = X.extract(make_wheel(tmp_path, "vllm-9.9.9-y.whl", vllm_files()))
+    plain = extract(make_wheel(tmp_path, "vllm-9.9.9-y.whl", vllm_files()))
     assert flags - set(plain["flags"]) == {"--disable-prefix-caching", "--disable-lora",
                                            "--disable-log-requests"}
 
 
 def test_vllm_unknown_action_registration_fails(tmp_path):
     parser = enable_disable_parser('self.register("action", "store_true", EnableDisableAction)')
-    with pytest.raises(X.ExtractError, match=r"argparse_utils.py:\d+: .*registers an action"):
-        X.extract(make_wheel(tmp_path, "vllm-9.9.9-x.whl", vllm_files(
+    with pytest.raises(ExtractError, match=r"argparse_utils.py:\d+: .*registers an action"):
+        extract(make_wheel(tmp_path, "vllm-9.9.9-x.whl", vllm_files(
             **{"vllm/utils/argparse_utils.py": parser})))
     changed = enable_disable_parser(
         'self.register("action", BooleanOptionalAction, EnableDisableAction)').replace(
         "self.option_strings = [*self.option_strings, *inverses]",
         "self.option_strings = inverses")
-    with pytest.raises(X.ExtractError, match="EnableDisableAction .* is not the rule"):
-        X.extract(make_wheel(tmp_path, "vllm-9.9.9-y.whl", vllm_files(
+    with pytest.raises(ExtractError, match="EnableDisableAction .* is not the rule"):
+        extract(make_wheel(tmp_path, "vllm-9.9.9-y.whl", vllm_files(
             **{"vllm/utils/argparse_utils.py": changed})))
 
 
 def test_star_import_is_followed(tmp_path):
     # vllm/renderers/chat_utils/__init__.py: `from .types import *` re-exports a Literal.
-    wheel = X.Wheel(make_wheel(tmp_path, "vllm-9.9.9-x.whl", {
+    wheel = Wheel(make_wheel(tmp_path, "vllm-9.9.9-x.whl", {
         "pkg/__init__.py": "from .types import *\n",
         "pkg/types.py": "from typing import Literal\n__all__ = ['Fmt']\n"
                         "Fmt = Literal['auto', 'string']\n_Hidden = 1\n"}))
     module = wheel.module("pkg")
-    assert X.literal_values(module, ast.Name(id="Fmt")) == ["auto", "string"]
-    assert X.lookup(module, "_Hidden") is None
+    assert literal_values(module, ast.Name(id="Fmt")) == ["auto", "string"]
+    assert lookup(module, "_Hidden") is None
 
 
 SGLANG_ARG_UTILS = '''
@@ -721,7 +710,7 @@ def sglang_0514_files(**replace: str) -> dict[str, str]:
 
 
 def test_sglang_0514_layout_field_rules(tmp_path):
-    data = X.extract(make_wheel(tmp_path, "sglang-9.9.9-cp311-cp311-x.whl", sglang_0514_files()))
+    data = extract(make_wheel(tmp_path, "sglang-9.9.9-cp311-cp311-x.whl", sglang_0514_files()))
     flags = set(data["flags"])
     assert data["layout"] == "sglang/srt/server_args.py"
     assert {"--model-path", "--model"} <= flags
@@ -738,7 +727,7 @@ def test_sglang_0514_layout_field_rules(tmp_path):
 
 
 def test_sglang_0514_choices_and_deprecated(tmp_path):
-    data = X.extract(make_wheel(tmp_path, "sglang-9.9.9-cp311-cp311-x.whl", sglang_0514_files()))
+    data = extract(make_wheel(tmp_path, "sglang-9.9.9-cp311-cp311-x.whl", sglang_0514_files()))
     choices = data["flag_choices"]
     assert choices["--attention-backend"] == ["fa3", "triton"]  # imported from another module
     assert choices["--sampling-backend"] == ["flashinfer", "pytorch"]  # a set
@@ -756,8 +745,8 @@ def test_sglang_changed_field_rule_fails(tmp_path):
                                        "action=argparse.BooleanOptionalAction")
     wheel = make_wheel(tmp_path, "sglang-9.9.9-x.whl", sglang_0514_files(
         **{"sglang/srt/arg_groups/arg_utils.py": changed}))
-    with pytest.raises(X.ExtractError, match="add_cli_args_from_dataclass is not the rule"):
-        X.extract(wheel)
+    with pytest.raises(ExtractError, match="add_cli_args_from_dataclass is not the rule"):
+        extract(wheel)
 
 
 def test_sglang_0523_layout_reads_namespace_fields(tmp_path):
@@ -795,7 +784,7 @@ def test_sglang_0523_layout_reads_namespace_fields(tmp_path):
             ''',
         **SGLANG_SPEC,
     }
-    data = X.extract(make_wheel(tmp_path, "sglang-9.9.9-cp311-cp311-x.whl", files))
+    data = extract(make_wheel(tmp_path, "sglang-9.9.9-cp311-cp311-x.whl", files))
     assert data["layout"] == "sglang/srt/arg_groups/fields/*.py"
     assert {"--speculative-draft-model-path", "--speculative-draft-model", "--config",
             "--speculative-use-block-verification"} <= set(data["flags"])
@@ -807,8 +796,8 @@ def test_sglang_0523_layout_reads_namespace_fields(tmp_path):
 def test_sglang_without_either_layout_fails_naming_both(tmp_path):
     wheel = make_wheel(tmp_path, "sglang-9.9.9-cp311-cp311-x.whl",
                        {"sglang/srt/other.py": "", **SGLANG_SPEC})
-    with pytest.raises(X.ExtractError) as err:
-        X.extract(wheel)
+    with pytest.raises(ExtractError) as err:
+        extract(wheel)
     text = str(err.value)
     assert "sglang-9.9.9-cp311-cp311-x.whl" in text
     assert "sglang/srt/arg_groups/fields/" in text and "sglang/srt/server_args.py" in text
@@ -817,8 +806,8 @@ def test_sglang_without_either_layout_fails_naming_both(tmp_path):
 def test_main_exits_with_the_message(tmp_path):
     wheel = make_wheel(tmp_path, "sglang-9.9.9-cp311-cp311-x.whl", {"sglang/x.py": ""})
     with pytest.raises(SystemExit, match="extract_engine_cli: sglang-9.9.9"):
-        X.main([str(wheel), "--out", str(tmp_path / "out")])
-    X.main([str(make_wheel(tmp_path, "sglang-9.9.8-cp311-cp311-x.whl", sglang_0514_files())),
+        main([str(wheel), "--out", str(tmp_path / "out")])
+    main([str(make_wheel(tmp_path, "sglang-9.9.8-cp311-cp311-x.whl", sglang_0514_files())),
             "--out", str(tmp_path / "out")])
     written = json.loads((tmp_path / "out" / "sglang-9.9.8.json").read_text())
     assert written["generated_by"] == "scripts/extract_engine_cli.py"
@@ -834,7 +823,7 @@ def test_compare_parser_reports_each_difference():
         {"option_strings": ["--c"], "action": "_StoreTrueAction", "nargs": 0, "choices": None}]}
     listed = {"flags": ["--a", "--b", "--d", "--no-a"], "flag_choices": {"--b": ["x"]},
               "boolean_flags": ["--a", "--d"]}
-    assert X.compare_parser(dump, listed) == {
+    assert compare_parser(dump, listed) == {
         "missing": ["--c"], "extra": ["--d"], "choices": {},
         "boolean_missing": ["--c"], "boolean_extra": ["--d"]}
 
@@ -994,7 +983,7 @@ def test_the_list_matches_the_engines_own_parser(name):
     dump = json.loads((CLI_DIR / f"{name}.parser.json").read_text())
     data = engine_cli(name)
     assert dump["wheel_sha256"] == data["wheel_sha256"]
-    diff = X.compare_parser(dump, data)
+    diff = compare_parser(dump, data)
     assert diff["missing"] == diff["extra"] == []
     assert diff["boolean_missing"] == diff["boolean_extra"] == []
     # Choices computed at run time are not listed, so not enforced: vLLM 0.26.0 appends the
@@ -1031,9 +1020,9 @@ def test_committed_list_is_the_scripts_output(name):
     wheel = real_wheel(name)
     if wheel is None:
         pytest.skip(f"{engine_cli(name)['wheel']} is in none of {wheel_dirs()}")
-    if X.sha256(wheel) != engine_cli(name)["wheel_sha256"]:
+    if sha256(wheel) != engine_cli(name)["wheel_sha256"]:
         pytest.skip(f"{wheel} is not the wheel the list was generated from (sha256 differs)")
-    assert X.extract(wheel) == engine_cli(name)
+    assert extract(wheel) == engine_cli(name)
 
 
 def test_lists_are_found_by_engine_and_version():

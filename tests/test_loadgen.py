@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from specrepro.harness import process, promtext
+from specrepro.harness import engines, process, promtext
 from specrepro.harness.loadgen import (
     LoadConfig,
     RequestRecord,
@@ -73,13 +73,14 @@ def test_error_event_in_stream_is_recorded():
 
 def test_request_bodies_follow_each_engine():
     cfg = LoadConfig(url="http://x", model="m", temperature=0.7, top_k=20, seed=3,
-                     reasoning_effort="low", engine="vllm")
+                     reasoning_effort="low", features=engines.engine("vllm").request_features)
     path, body = request_body(CHAT, cfg, 11)
     assert path == "/v1/chat/completions" and body["max_completion_tokens"] == 24
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["return_token_ids"] and "ignore_eos" not in body
     assert body["seed"] == 11 and body["reasoning_effort"] == "low" and body["top_k"] == 20
-    path, body = request_body(TEXT, LoadConfig(url="http://x", model="m", engine="sglang",
+    path, body = request_body(TEXT, LoadConfig(url="http://x", model="m",
+                                               features=engines.engine("sglang").request_features,
                                                ignore_eos=True, thinking=False,
                                                extra_body={"return_spec_tokens_details": True}),
                               1)
@@ -87,7 +88,8 @@ def test_request_bodies_follow_each_engine():
     assert body["stop"] == ["Question:"] and body["ignore_eos"] is True
     assert "return_token_ids" not in body and body["return_spec_tokens_details"] is True
     # a server that is neither engine gets the standard OpenAI fields only
-    path, body = request_body(TEXT, LoadConfig(url="http://x", model="m", engine="generic"), 1)
+    generic = engines.engine("generic").request_features
+    path, body = request_body(TEXT, LoadConfig(url="http://x", model="m", features=generic), 1)
     assert body["stream_options"] == {"include_usage": True} and "return_token_ids" not in body
 
 
@@ -111,7 +113,7 @@ def test_live_stream_counts_match_usage_and_counters(embedded_server):
     prompts = [Prompt(id=f"p{i}", workload="essays", max_tokens=20,
                       messages=[{"role": "user", "content": f"Essay {i}"}]) for i in range(3)]
     cfg = LoadConfig(url=embedded_server, model=model, concurrency=2, warmup=1, seed=7,
-                     engine="embedded")
+                     features=engines.engine("embedded").request_features)
     res = run_load(prompts, cfg, lambda: process.http_get(f"{embedded_server}/metrics")[1].decode())
     assert sorted(r.request_idx for r in res.records) == [0, 1, 2]
     for r in res.records:
@@ -119,8 +121,8 @@ def test_live_stream_counts_match_usage_and_counters(embedded_server):
         assert r.completion_tokens == len(r.token_ids) == len(r.itl_s) + 1
         assert r.ttft_s > 0 and r.e2e_s >= r.ttft_s
         assert r.seed == request_seed(7, r.request_idx)
-    d = promtext.delta(promtext.parse(res.before, "embedded"),
-                       promtext.parse(res.after, "embedded"))
+    d = promtext.delta(promtext.parse(res.before, engines.engine("embedded").metrics),
+                       promtext.parse(res.after, engines.engine("embedded").metrics))
     # the warm-up request ran before the first scrape, so the counters see only these three
     assert d.generation_tokens == sum(r.completion_tokens for r in res.records)
     assert d.prompt_tokens == sum(r.prompt_tokens for r in res.records)
@@ -128,6 +130,6 @@ def test_live_stream_counts_match_usage_and_counters(embedded_server):
 
 def test_bad_request_is_recorded(embedded_server):
     res = run_load([CHAT], LoadConfig(url=embedded_server, model="no-such-model",
-                                      engine="embedded"))
+                                      features=engines.engine("embedded").request_features))
     (r,) = res.records
     assert r.error.startswith("HTTP 400") and "no-such-model" in r.error

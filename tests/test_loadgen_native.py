@@ -24,7 +24,9 @@ from aiohttp import web
 
 from conftest import ThreadedApp
 from specrepro import params
-from specrepro.harness.cells import SGLANG_FROM_NATIVE, acceptance, latency_fields
+from specrepro.harness import engines
+from specrepro.harness.cells import acceptance, latency_fields
+from specrepro.harness.engines.sglang import SGLANG_FROM_NATIVE
 from specrepro.harness.loadgen import (
     LoadConfig,
     LoadGenerator,
@@ -40,6 +42,9 @@ FIXTURE = (Path(__file__).resolve().parent / "fixtures" / "engines" / "sglang-0.
            / "dflash_light.generate-meta_info.json")
 META = json.loads(FIXTURE.read_text())  # three 64-token answers, DFLASH k = 7
 GAP_S = 0.02  # the fake server's time between two events
+
+SGLANG = engines.engine("sglang")
+SGLANG_FEATURES = SGLANG.request_features
 
 
 def prompts() -> list[Prompt]:
@@ -132,7 +137,7 @@ def sglang(request):
 
 
 def native_cfg(url: str, **kw) -> LoadConfig:
-    return LoadConfig(url=url, model="embedded", engine="sglang", api="native", seed=5,
+    return LoadConfig(url=url, model="embedded", features=SGLANG_FEATURES, api="native", seed=5,
                       extra_body={"return_spec_tokens_details": True}, **kw)
 
 
@@ -187,7 +192,7 @@ def test_native_cell_acceptance_from_the_final_meta_info(sglang):
     (sum 114 = the correct drafts), over 79 verify steps."""
     records = run_load(prompts(), native_cfg(sglang.url)).records
     warnings: list[str] = []
-    acc = acceptance(None, records, "sglang", warnings, k=7)
+    acc = acceptance(None, records, SGLANG, warnings, k=7)
     assert acc["num_drafts"] == 79 and acc["num_accepted_tokens"] == 114
     assert acc["num_draft_tokens"] == 133 + 259 + 161 == 553
     assert acc["acceptance_length"] == pytest.approx(1 + 114 / 79)
@@ -211,7 +216,7 @@ def test_native_errors_are_recorded_not_raised(sglang):
                            "server overloaded")
     assert good.ok and good.completion_tokens == 64
     # the failed ones do not enter the cell's acceptance
-    assert acceptance(None, records, "sglang", [], k=7)["num_drafts"] == 19
+    assert acceptance(None, records, SGLANG, [], k=7)["num_drafts"] == 19
 
 
 # ------------------------------------------------------------------ the timer alone
@@ -239,7 +244,7 @@ def test_native_chunks_split_their_gap_like_the_openai_path(incremental):
     assert r.finish_reason == "stop" and r.completion_tokens == 5 and r.prompt_tokens == 5
     assert r.e2e_s == pytest.approx(1.1) and r.ok
     # 0.5.14's backward-compat names alone are read as 0.5.23's
-    acc = acceptance(None, [r], "sglang", [])
+    acc = acceptance(None, [r], SGLANG, [])
     assert (acc["num_drafts"], acc["num_accepted_tokens"], acc["num_draft_tokens"]) == (2, 2, 14)
 
 
@@ -254,10 +259,10 @@ def test_a_request_without_a_verify_step_adds_nothing():
 
     one = {"completion_tokens": 1, "prompt_tokens": 4}
     warnings: list[str] = []
-    acc = acceptance(None, [rec(0, META[0]), rec(1, one)], "sglang", warnings, k=7)
+    acc = acceptance(None, [rec(0, META[0]), rec(1, one)], SGLANG, warnings, k=7)
     assert acc["num_drafts"] == 19 and acc["acceptance_length"] == pytest.approx(1 + 48 / 19)
     assert any("1 of 2 SGLang /generate responses had no verify step" in w for w in warnings)
-    plain = acceptance(None, [rec(0, one), rec(1, one)], "sglang", [], k=None)
+    plain = acceptance(None, [rec(0, one), rec(1, one)], SGLANG, [], k=None)
     assert plain["num_drafts"] is None and plain["per_position_acceptance"] is None
 
 
@@ -270,12 +275,13 @@ def test_the_native_body_and_its_limits():
         "temperature": 0.7, "top_p": 0.9, "top_k": 20, "max_new_tokens": 64,
         "sampling_seed": 11, "ignore_eos": True, "stop": ["Question:"]}}
     # the OpenAI path is unchanged by default
-    assert request_body(text, LoadConfig(url="http://x", model="m", engine="sglang"), 1)[0] \
+    assert request_body(text, LoadConfig(url="http://x", model="m", features=SGLANG_FEATURES), 1)[0] \
         == "/v1/completions"
     with pytest.raises(ValueError, match="workload 'essays' is chat-form"):
         run_load([chat], native_cfg("http://127.0.0.1:9"))
-    with pytest.raises(ValueError, match="expected engine sglang, found 'vllm'"):
-        LoadGenerator(LoadConfig(url="http://x", model="m", engine="vllm", api="native"))
+    with pytest.raises(ValueError, match="expected an engine that has it"):
+        LoadGenerator(LoadConfig(url="http://x", model="m",
+                                 features=engines.engine("vllm").request_features, api="native"))
 
 
 # ------------------------------------------------------------------ params

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from fake_engine import FakeEngine
-from specrepro.harness import process, promtext, steady
+from specrepro.harness import engines, process, promtext, steady
 from specrepro.harness.loadgen import LoadConfig, LoadGenerator, LoadResult, RequestRecord
 from specrepro.params.window import Window
 from specrepro.workloads import Prompt
@@ -35,13 +35,13 @@ def run_window(eng: FakeEngine, c: int, **window) -> LoadResult:
     w = Window(**{"skip_s": 0.0, "window_s": 0.3, "turnovers": 2, "max_window_s": 4.0,
                   **window})
     cfg = LoadConfig(url=eng.url, model="fake", concurrency=c, mode="window", steady=w,
-                     engine="vllm")
+                     features=engines.engine("vllm").request_features)
     return LoadGenerator(cfg).run(PROMPTS, lambda: process.http_get(f"{eng.url}/metrics")[1]
                                   .decode())
 
 
 def tokens(text_a: str, text_b: str) -> float:
-    a, b = (promtext.parse(t, "vllm") for t in (text_a, text_b))
+    a, b = (promtext.parse(t, engines.engine("vllm").metrics) for t in (text_a, text_b))
     return promtext.delta(a, b).generation_tokens
 
 
@@ -78,7 +78,8 @@ def test_an_engine_that_queues_streams_is_flagged(engine, slots, busy):
     eng = engine(slots=slots, step_s=0.02)
     res = run_window(eng, 4, window_s=0.6)
     warnings: list[str] = []
-    g = [steady.gauges(promtext.parse(t, "vllm")) for t in (res.start, res.window)]
+    vllm = engines.engine("vllm").metrics
+    g = [steady.gauges(promtext.parse(t, vllm)) for t in (res.start, res.window)]
     row = steady.window_fields(res, 4, Window(turnovers=2), g[0], g[1], warnings)
     assert row["window_all_busy"] is busy
     assert row["window_running_start"] == (4 if busy else 2) or busy  # a turnover may show

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from specrepro.harness import engines, profile_command, profiling
-from specrepro.harness.engines import EngineError, render_argv
+from specrepro.harness.engines import render_argv
+from specrepro.harness.engines.base import EngineError
 from specrepro.params import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]

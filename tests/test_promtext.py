@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specrepro.harness.promtext import CounterReset, delta, parse
+from specrepro.harness import engines, promtext
+from specrepro.harness.engines.base import EngineError
+from specrepro.harness.promtext import CounterReset, delta
 from specrepro.metrics import acceptance_length, per_position_acceptance
 
 # Two engine cores (DP=2) of vLLM, as prometheus_client writes them: HELP/TYPE per
@@ -124,6 +126,11 @@ sglang:spec_verify_calls_total{engine_type="unified",model_name="qwen",moe_ep_ra
 """
 
 
+def parse(text: str, name: str) -> promtext.SpecCounters:
+    """A scrape read with the named engine's metric names (its adapter's)."""
+    return promtext.parse(text, engines.engine(name).metrics)
+
+
 def test_vllm_text_sums_label_sets():
     snap = parse(VLLM_TEXT, "vllm")
     assert snap.num_drafts == 500
@@ -194,7 +201,7 @@ def test_new_position_counts_from_zero():
 
 
 def test_unknown_engine_fails():
-    with pytest.raises(ValueError, match="expected engine"):
+    with pytest.raises(EngineError, match="engine 'tgi': expected one of"):
         parse(VLLM_TEXT, "tgi")
 
 

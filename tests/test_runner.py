@@ -19,7 +19,7 @@ import yaml
 
 from conftest import ThreadedApp
 from specrepro.grading import grade_gsm8k
-from specrepro.harness import process, promtext
+from specrepro.harness import engines, process, promtext
 from specrepro.harness.run_command import main, resolve
 from specrepro.harness.runner import IGNORE_EOS_WARNING, run_study
 from specrepro.identity import local_model_fingerprint
@@ -69,7 +69,8 @@ def served_model(url: str) -> str:
 
 
 def scrape(url: str) -> promtext.SpecCounters:
-    return promtext.parse(process.http_get(f"{url}/metrics")[1].decode(), "embedded")
+    text = process.http_get(f"{url}/metrics")[1].decode()
+    return promtext.parse(text, engines.engine("embedded").metrics)
 
 
 def run(path: Path, tmp: Path, **kw):
@@ -259,7 +260,8 @@ def when_second_cell_streams(store_root: Path, url: str, act) -> threading.Threa
         while time.monotonic() < deadline:
             if list((store_root / "cells").glob("*.parquet")):
                 status, body = process.http_get(f"{url}/metrics", timeout=5)
-                snap = promtext.parse(body.decode(), "embedded") if status == 200 else None
+                snap = (promtext.parse(body.decode(), engines.engine("embedded").metrics)
+                        if status == 200 else None)
                 gen = None if snap is None else snap.generation_tokens
                 thread.seen.append((round(time.monotonic(), 3), status,
                                     None if snap is None else snap.requests_running, gen))
@@ -346,19 +348,19 @@ def test_plan_placement_splits_the_cpus_or_says_why_not():
 
 
 def test_the_embedded_engine_computes_with_the_threads_its_server_would_use():
-    from specrepro.harness.engines import ADAPTERS
+    from specrepro.harness.engines import ENGINES
     from specrepro.params import Profile
 
     def profile(**flags):
         return Profile(name="p", engine="embedded", command=["x"], model={"id": "m"},
                        flags=flags)
 
-    embedded = ADAPTERS["embedded"]
+    embedded = ENGINES["embedded"]
     assert embedded.threads_flag == "--threads"
     assert embedded.cpu_threads(profile()) == 1  # serve.engine_threads' CPU default
     assert embedded.cpu_threads(profile(threads=3)) == 3
     assert embedded.cpu_threads(profile(device="cuda")) is None
-    assert ADAPTERS["vllm"].cpu_threads(profile()) is None and ADAPTERS["vllm"].threads_flag is None
+    assert ENGINES["vllm"].cpu_threads(profile()) is None and ENGINES["vllm"].threads_flag is None
 
 
 def test_session_placement_names_the_arms_placed_otherwise():
@@ -630,7 +632,8 @@ def test_sglang_acceptance_from_per_response_fields():
         return r
 
     # hist[j]: steps with j correct drafts (K = 3)
-    acc = acceptance(None, [rec(4, 8, [0, 1, 2, 1]), rec(2, 1, [1, 1, 0, 0])], "sglang")
+    acc = acceptance(None, [rec(4, 8, [0, 1, 2, 1]), rec(2, 1, [1, 1, 0, 0])],
+                     engines.engine("sglang"))
     assert acc["num_drafts"] == 6 and acc["num_accepted_tokens"] == 9
     assert acc["acceptance_length"] == pytest.approx(1 + 9 / 6)
     assert acc["draft_acceptance_rate"] == pytest.approx(9 / 18)

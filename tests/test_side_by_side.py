@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from specrepro.harness import deadline as deadline_mod
-from specrepro.harness.process import EngineHandle
+from specrepro.harness.engine_handle import EngineHandle
 from specrepro.harness.run_command import main, resolve
 from specrepro.harness.runner import Deadline, run_study
 from specrepro.params import ParamsError, load_suite, resolve_study

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from specrepro import params
-from specrepro.harness.engines import EngineError, adapter_for
+from specrepro.harness.engines import adapter_for
+from specrepro.harness.engines.base import EngineError
 from specrepro.published import load_gates
 
 PARAMS = Path(__file__).resolve().parent.parent / "params"

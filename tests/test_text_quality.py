@@ -36,7 +36,7 @@ def record(idx: int, finish: str | None, error: str | None = None):
 
 
 def test_the_cell_row_counts_the_requests_cut_at_max_tokens():
-    from specrepro.harness import power
+    from specrepro.harness import engines, power
     from specrepro.harness.cells import cell_row
     from specrepro.harness.loadgen import LoadResult
 
@@ -46,7 +46,8 @@ def test_the_cell_row_counts_the_requests_cut_at_max_tokens():
     cell = next(iter(study.cells()))
     arm = next(a for a in study.arms if a.name == cell.arm.name)
     # the engine as the row reads it, not started: no handle, no counters
-    eng = SimpleNamespace(profile=arm.resolved, family="vllm", handle=None, version="0")
+    eng = SimpleNamespace(profile=arm.resolved, adapter=engines.engine("vllm"), handle=None,
+                          version="0")
     row = cell_row(study, cell, eng, LoadResult(records, 1.0), power.PowerReport(), [])
     assert row["length_share"] == pytest.approx(3 / 4)
     assert set(row) <= set(results.CELL_SCHEMA)

@@ -2,7 +2,8 @@
 runs (CPU placement), how it is started, and the version an earlier session recorded.
 
 Design: `ArmEngine` is what a cell measures against, whatever serves it: a launched or
-attached engine (`process.EngineHandle`) or the in-process transformers peer. One launch may
+attached engine (`engine_handle.EngineHandle`) or the in-process transformers peer, and
+`adapter` the engine's adapter (harness/engines/) whose facts apply to its cells. One launch may
 serve arms of several studies (launch_plan.launch_groups): each study sees it through a copy
 naming its own arm (`dataclasses.replace(engine, arm=...)`), and only the launch's own
 object stops it. `placement_for` plans the CPU split under a study's placement policy,
@@ -17,6 +18,8 @@ from typing import Any
 
 from specrepro import identity
 from specrepro.harness import engines, power, process
+from specrepro.harness.engine_handle import EngineHandle
+from specrepro.harness.engines.base import EngineAdapter
 from specrepro.params import ResolvedArm
 from specrepro.results import ResultStore
 
@@ -26,7 +29,7 @@ class ArmEngine:
     """The running engine of one arm: an HTTP handle or the in-process peer."""
 
     arm: ResolvedArm
-    handle: process.EngineHandle | None = None
+    handle: EngineHandle | None = None
     peer: Any = None  # peer.TransformersPeer
     peer_placement: process.Placement | None = None  # the peer's (the handle keeps its own)
 
@@ -43,9 +46,13 @@ class ArmEngine:
         return self.peer.version() if self.peer is not None else self.handle.version
 
     @property
-    def family(self) -> str:
-        """Whose metric names and request features apply: vllm, embedded, sglang, peer."""
-        return "transformers" if self.peer is not None else self.handle.engine
+    def adapter(self) -> EngineAdapter:
+        """Whose metric names, request features and acceptance source apply: the engine
+        that answers on the handle (an attached URL's, found behind it), else the
+        profile's (the in-process peer)."""
+        if self.handle is not None:
+            return self.handle.served_by
+        return engines.engine(self.profile.engine)
 
     @property
     def pid(self) -> int | None:
@@ -58,8 +65,7 @@ class ArmEngine:
             return True
         if not self.handle.alive():
             return False
-        adapter = engines.ADAPTERS.get(self.handle.attached or self.profile.engine)
-        path = adapter.ready_path if adapter is not None else "/health"
+        path = self.handle.served_by.ready_path
         return process.http_get(self.handle.url + path, timeout=5.0)[0] != 0
 
     def scrape(self) -> str | None:
@@ -86,22 +92,14 @@ class ArmEngine:
             self.handle.stop()
 
 
-PEER_UNPINNED = ("in-process transformers peer: the engine runs inside the harness process, "
-                 "so there is no separate engine process to pin")
-ATTACH_UNPINNED = ("attached engine: not launched by the harness, so its CPUs are not the "
-                   "harness's to choose")
-
-
 def placement_for(arm: ResolvedArm, policy: str,
                   cpus: tuple[int, ...] | None) -> process.Placement:
     """The arm's CPU placement under the study's policy (process.plan_placement)."""
     profile = arm.resolved
-    if profile.engine == "transformers":
-        return process.plan_placement(policy, cpus, None, why_not=PEER_UNPINNED)
-    if profile.engine == "attach":
-        return process.plan_placement(policy, cpus, None, why_not=ATTACH_UNPINNED)
-    threads = engines.adapter_for(profile).cpu_threads(profile)
-    return process.plan_placement(policy, cpus, threads)
+    adapter = engines.engine(profile.engine)
+    if adapter.why_unpinned:  # attached, or in-process
+        return process.plan_placement(policy, cpus, None, why_not=adapter.why_unpinned)
+    return process.plan_placement(policy, cpus, adapter.cpu_threads(profile))
 
 
 def log_name(arm: ResolvedArm) -> str:
@@ -121,11 +119,9 @@ def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
     profile = arm.resolved
     if port is not None and port != profile.port:
         profile = profile.model_copy(update={"port": port})
-    if profile.engine == "transformers":
-        from specrepro.harness.peer import TransformersPeer
-
-        return ArmEngine(arm, peer=TransformersPeer(profile, root).load(),
-                         peer_placement=placement)
+    adapter = engines.engine(profile.engine)
+    if adapter.in_process:
+        return ArmEngine(arm, peer=adapter.load(profile, root), peer_placement=placement)
     return ArmEngine(arm, handle=engines.launch(profile, log_dir, profile.source, placement,
                                                 log_name=log_name(arm).removesuffix(".log"),
                                                 pid_dir=pid_dir))
@@ -152,8 +148,4 @@ def known_version(store: ResultStore, arm: ResolvedArm) -> str | None:
         for eng in reversed(session.get("engines") or []):
             if eng.get("arm") == arm.name and eng.get("profile_hash") == want:
                 return eng.get("version")
-    if arm.resolved.engine == "transformers":
-        from specrepro.harness.peer import version
-
-        return version()
-    return None
+    return engines.engine(arm.resolved.engine).known_version()

@@ -7,15 +7,10 @@ Design:
   and the engine's startup facts. Output: one row of the `cells` table (`cell_row`) and the
   rows of `requests` (`request_rows`). Every figure comes from `metrics.py`; nothing is
   re-derived here.
-- Acceptance has three sources (`acceptance`): the engine's counter deltas in vLLM's names
-  (vLLM and the embedded engine), SGLang's per-response fields summed over the requests
-  (`sglang_counts`; 0.5.23 returns them under `sglext.spec_tokens_details`, 0.5.14 only
-  in its native `/generate`'s `meta_info`, which the load generator sends where a profile
-  says `api: native` (`sglang_native_details`, with the warning SGLANG_FROM_NATIVE naming
-  the source), never in its OpenAI responses), or the transformers peer's own counts.
-  Where SGLang's responses carry none, its counters give tokens per step
-  (`sglang_counter_counts`), and what it does not count (draft tokens, per position) is
-  None with the warning "not counted by this engine", never a zero.
+- Acceptance (`acceptance`): the counts come from the engine's adapter
+  (harness/engines/: the counter deltas in vLLM's names by default, SGLang's per-response
+  fields or counters, the transformers peer's own counts); the figures from metrics.py.
+  What an engine does not count is None with a warning, never a zero.
 - Latency (`latency_fields`): TTFT and end-to-end percentiles, and inter-token latency two
   ways, each named: `itl_p50_ms`, the token-weighted median of per-token gaps (a chunk of m
   tokens gives m gaps of gap/m), and `itl_request_mean_ms`, the per-request mean that
@@ -31,7 +26,7 @@ Design:
 - Counter deltas that do not match the tokens the client saw (another client's traffic, a
   restart) set `counters_consistent=False` with a warning (`consistency`); `/metrics`
   missing leaves what it feeds empty, with a warning naming the URL and those
-  measurements (`counters_delta`, promtext.LOST_WITHOUT_METRICS).
+  measurements (`counters_delta`, the adapter's `MetricNames.lost_without`).
 - Quality: GSM8K strict/flexible per request on the very outputs that were timed
   (`grade`), the repeated-4-gram share, the share of requests that ended at max_tokens
   (`length_share`: text the model never finished), and the share of outputs identical to
@@ -47,6 +42,7 @@ from typing import TYPE_CHECKING
 from specrepro import metrics
 from specrepro.grading import grade_gsm8k
 from specrepro.harness import engine_latency, power, promtext, steady
+from specrepro.harness.engines.base import EngineAdapter
 from specrepro.harness.loadgen import LoadResult, RequestRecord
 from specrepro.harness.process import StartupInfo
 from specrepro.params import Cell, ResolvedStudy
@@ -61,52 +57,20 @@ if TYPE_CHECKING:  # the store (polars) only where a cell is stored: the accepta
 # ---------------------------------------------------------------------- acceptance
 
 
-NOT_COUNTED = "not counted by this engine"
-SGLANG_FROM_COUNTERS = (
-    "acceptance from SGLang's counters (its OpenAI responses carry no per-request "
-    "acceptance): num_accepted_tokens = Δgeneration_tokens − Δspec_verify_calls − "
-    "Δnum_requests, a request's first token coming from its prefill; a low bound where an "
-    "output stops at max_tokens inside a step")
-SGLANG_NO_POSITIONS = (f"num_draft_tokens, draft_acceptance_rate and per_position_acceptance: "
-                       f"{NOT_COUNTED} (SGLang has no per-position counter)")
-SGLANG_FROM_NATIVE = (
-    "acceptance from SGLang's native /generate meta_info, per request, summed over {n} "
-    "requests: acceptance_length = 1 + Σspec_num_correct_drafts / Σspec_verify_ct (vLLM's "
-    "footing; SGLang's own spec_accept_length, Σcompletion_tokens / Σspec_verify_ct, is "
-    "{own}), per position from spec_correct_drafts_histogram")
 SGLANG_NATIVE_SPEED = ("requests sent to SGLang's native /generate (profile api: native): "
                        "its latency and throughput lack the OpenAI layer and are not those "
                        "of the OpenAI routes")
-# SGLang 0.5.14 writes each of these under two names (tokenizer_manager.py:2333-2352);
-# the first is the one 0.5.23 keeps
-SGLANG_ALIASES = {"spec_num_correct_drafts": "spec_accepted_drafts",
-                  "spec_num_proposed_drafts": "spec_proposed_drafts",
-                  "spec_correct_drafts_histogram": "spec_accept_histogram"}
 
 
 def acceptance(delta: promtext.SpecCounters | None, records: Sequence[RequestRecord],
-               family: str, warnings: list[str] | None = None, k: int | None = None) -> dict:
-    """Acceptance counters and figures of a cell: engine counters (vLLM names), SGLang's
-    per-response fields or its counters, or the peer's own counts. k: the drafts per step,
-    so positions no step ever accepted count as measured zeros."""
+               adapter: EngineAdapter, warnings: list[str] | None = None,
+               k: int | None = None) -> dict:
+    """Acceptance counters and figures of a cell, the counts from the engine's adapter
+    (`EngineAdapter.acceptance`). k: the drafts per step, so positions no step ever
+    accepted count as measured zeros."""
     warnings = [] if warnings is None else warnings
-    drafts = draft_tokens = accepted = None
-    per_pos = None
-    if family == "transformers":
-        from specrepro.harness.peer import peer_counts
-
-        c = peer_counts(records)
-        if c is not None:
-            drafts, draft_tokens = c["num_drafts"], c["num_draft_tokens"]
-            accepted, per_pos = c["num_accepted_tokens"], c["accepted_per_pos"]
-    elif family == "sglang":
-        details = sglang_details(records, warnings)
-        c = sglang_counts(details, k) if details else sglang_counter_counts(delta, warnings)
-        if c is not None:
-            drafts, draft_tokens, accepted, per_pos = c
-    elif delta is not None:
-        drafts, draft_tokens = delta.num_drafts, delta.num_draft_tokens
-        accepted, per_pos = delta.num_accepted_tokens, delta.accepted_per_pos
+    c = adapter.acceptance(delta, records, warnings, k)
+    drafts, draft_tokens, accepted, per_pos = c if c is not None else (None,) * 4
     return {"num_drafts": drafts, "num_draft_tokens": draft_tokens,
             "num_accepted_tokens": accepted,
             "acceptance_length": metrics.acceptance_length(accepted, drafts),
@@ -114,109 +78,24 @@ def acceptance(delta: promtext.SpecCounters | None, records: Sequence[RequestRec
             "per_position_acceptance": metrics.per_position_acceptance(per_pos, drafts)}
 
 
-def sglang_details(records: Sequence[RequestRecord], warnings: list[str]) -> list[dict] | None:
-    """Each answered request's per-response acceptance fields (`sglext.spec_tokens_details`,
-    the fields of a native response's `meta_info`), or None unless every one has them: a
-    partial sum would pass for the cell's."""
-    ok = [r for r in records if r.ok]
-    native = [(r.spec or {}).get("sglang_meta") for r in ok]
-    if ok and all(m is not None for m in native):
-        return sglang_native_details(native, warnings)
-    found = [((r.spec or {}).get("sglext") or {}).get("spec_tokens_details") for r in ok]
-    have = [d for d in found if d and "spec_verify_ct" in d]
-    if have and len(have) < len(ok):
-        warnings.append(f"{len(have)} of {len(ok)} SGLang responses carried per-request "
-                        "acceptance fields: they are not used")
-    return have if have and len(have) == len(ok) else None
-
-
-def sglang_native_details(metas: Sequence[dict], warnings: list[str]) -> list[dict] | None:
-    """The speculative fields of native `/generate` responses (the final meta_info of each,
-    loadgen.NativeStreamTimer) under 0.5.23's names. SGLang writes them only for a request
-    that had a verify step (0.5.14 managers/tokenizer_manager.py:2312-2316), so where some
-    responses have them, one without is a request all of whose tokens came from its
-    prefill: 0 steps, 0 drafts, nothing to add. None where none has them (no speculation)."""
-    named = []
-    for meta in metas:
-        d = dict(meta)
-        for name, alias in SGLANG_ALIASES.items():
-            if d.get(name) is None and d.get(alias) is not None:
-                d[name] = d[alias]
-        named.append(d)
-    have = [d for d in named if d.get("spec_verify_ct")]
-    if not have:
-        return None
-    if len(have) < len(named):
-        warnings.append(f"{len(named) - len(have)} of {len(named)} SGLang /generate responses "
-                        "had no verify step (no spec_verify_ct: every token from the prefill) "
-                        "and add no step and no draft")
-    steps = sum(d["spec_verify_ct"] for d in have)
-    tokens = [d.get("completion_tokens") for d in named]
-    own = (f"{sum(tokens) / steps:.4g}" if all(t is not None for t in tokens)
-           else "unknown (a response without completion_tokens)")
-    warnings.append(SGLANG_FROM_NATIVE.format(n=len(named), own=own))
-    return have
-
-
-def sglang_counts(details: Sequence[dict], k: int | None = None):
-    """Σ spec_verify_ct, Σ spec_num_proposed_drafts, Σ spec_num_correct_drafts and the
-    per-position counts from spec_correct_drafts_histogram (hist[j]: steps with j correct
-    drafts, so position i was accepted in Σ_{j>i} hist[j] steps; SGLang grows a histogram
-    only to the most drafts a step kept, 0.5.14 managers/schedule_batch.py:1077-1087, so k,
-    where known, sets the positions). A field missing from any response leaves its figure
-    None."""
-    def total(key: str) -> float | None:
-        values = [d.get(key) for d in details]
-        return None if any(v is None for v in values) else sum(values)
-
-    hists = [d.get("spec_correct_drafts_histogram") for d in details]
-    per_pos = None
-    if details and all(isinstance(h, list) and h for h in hists):
-        n = max(k or 0, max(len(h) for h in hists) - 1)
-        per_pos = [sum(sum(h[i + 1:]) for h in hists) for i in range(n)]
-    return (total("spec_verify_ct"), total("spec_num_proposed_drafts"),
-            total("spec_num_correct_drafts"), per_pos)
-
-
-def sglang_counter_counts(delta: promtext.SpecCounters | None, warnings: list[str]):
-    """(verify steps, None, accepted drafts, None) from SGLang's counters, where its
-    responses carried no acceptance (SGLANG_FROM_COUNTERS); None without speculation."""
-    if delta is None or not delta.spec_verify_calls:
-        return None
-    verify, gen, finished = delta.spec_verify_calls, delta.generation_tokens, \
-        delta.requests_finished
-    if gen is None or finished is None:
-        warnings.append("SGLang's counters lack sglang:generation_tokens_total or "
-                        "sglang:num_requests_total: acceptance not measured")
-        return None
-    accepted = gen - verify - finished
-    if accepted < 0:
-        warnings.append(f"SGLang's counters moved by {gen:g} generated tokens, {verify:g} "
-                        f"verify steps and {finished:g} requests, fewer tokens than steps: "
-                        "acceptance not measured")
-        return None
-    warnings += [SGLANG_FROM_COUNTERS, SGLANG_NO_POSITIONS]
-    return verify, None, accepted, None
-
-
-def counters_delta(result: LoadResult, family: str, end: str, warnings: list[str],
+def counters_delta(result: LoadResult, adapter: EngineAdapter, end: str, warnings: list[str],
                    url: str | None = None, begin: str = "before"
                    ) -> promtext.SpecCounters | None:
     """`begin` ('before', or 'start': a steady window's opening) → `end` ('after' or
     'window') as a SpecCounters delta; None with a warning naming the URL and what is lost."""
-    if family == "transformers":
+    names = adapter.metrics
+    if names is None:  # an engine without /metrics (the in-process peer)
         return None
-    engine = family if family in promtext.ENGINE_FAMILY else "vllm"
     before, after = getattr(result, begin), getattr(result, end)
     if before is None or after is None:
         where = f"{url}/metrics" if url else "/metrics"
         msg = (f"{where} did not answer: not measured: "
-               f"{promtext.LOST_WITHOUT_METRICS[promtext.ENGINE_FAMILY[engine]]}")
+               f"{names.lost_without}")
         if msg not in warnings:
             warnings.append(msg)
         return None
     try:
-        return promtext.delta(promtext.parse(before, engine), promtext.parse(after, engine))
+        return promtext.delta(promtext.parse(before, names), promtext.parse(after, names))
     except promtext.CounterReset as err:
         warnings.append(str(err))
         return None
@@ -337,9 +216,9 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
     window = steady_window or study.mode == "window"
     url = eng.handle.url if eng.handle is not None else None
     begin = "start" if steady_window else "before"
-    delta = counters_delta(result, eng.family, "window" if window else "after", warnings, url,
+    delta = counters_delta(result, eng.adapter, "window" if window else "after", warnings, url,
                            begin)
-    full = counters_delta(result, eng.family, "after", warnings, url) if window else delta
+    full = counters_delta(result, eng.adapter, "after", warnings, url) if window else delta
     output_tokens = sum(r.completion_tokens or 0 for r in ok)
     if window:  # the decode rate over the window: the engine's counter, else what arrived
         output_tokens = (int(delta.generation_tokens) if delta is not None
@@ -349,7 +228,7 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
     if getattr(p, "api", "openai") == "native" and SGLANG_NATIVE_SPEED not in warnings:
         warnings.append(SGLANG_NATIVE_SPEED)
     spec = p.speculative
-    acc = acceptance(delta, records, eng.family, warnings,
+    acc = acceptance(delta, records, eng.adapter, warnings,
                      spec.num_speculative_tokens if spec else None)
     # a step of autoregressive decoding yields one token: its step time needs no counters
     step_len = 1.0 if p.method == "none" else acc["acceptance_length"]
@@ -376,7 +255,7 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
                          else records), **acc,
         **engine_latency.fields(getattr(result, begin),
                                 getattr(result, "window" if window else "after"),
-                                eng.family, result.wall_s),
+                                eng.adapter.metrics, result.wall_s),
         "step_ms": metrics.step_ms(step_len, per_stream),
         "repeated_4gram_share": repetition(records),
         "length_share": metrics.length_share([r.finish_reason for r in ok]),
@@ -387,11 +266,11 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
         else report.peak_rss_mib,
         "kv_pool_tokens": kv_pool, "max_concurrency": startup.max_concurrency,
         "counters_consistent": consistency(full, records, warnings),
-        **timing_fields(study, cell, eng.family, result, warnings),
+        **timing_fields(study, cell, eng.adapter, result, warnings),
     }
 
 
-def timing_fields(study: ResolvedStudy, cell: Cell, family: str, result: LoadResult,
+def timing_fields(study: ResolvedStudy, cell: Cell, adapter: EngineAdapter, result: LoadResult,
                   warnings: list[str]) -> dict:
     """How the cell was timed (`timing`: window or requests) and, for a steady window, what
     it saw (harness/steady.py); a cell that ended before its window closed has none."""
@@ -399,18 +278,19 @@ def timing_fields(study: ResolvedStudy, cell: Cell, family: str, result: LoadRes
         return {"timing": study.mode, **steady.NOT_WINDOWED}
     if result.start_at is None or result.end_at is None:
         return {"timing": "window", **steady.NOT_WINDOWED}
-    engine = family if family in promtext.ENGINE_FAMILY else None
+    names = adapter.metrics
     return steady.window_fields(result, cell.concurrency, study.window,
-                                steady.gauges(_parsed(result.start, engine)),
-                                steady.gauges(_parsed(result.window, engine)), warnings)
+                                steady.gauges(_parsed(result.start, names)),
+                                steady.gauges(_parsed(result.window, names)), warnings)
 
 
-def _parsed(text: str | None, engine: str | None) -> promtext.SpecCounters | None:
-    """One scrape's snapshot, or None (no text, no known engine, unparsable)."""
-    if text is None or engine is None:
+def _parsed(text: str | None, names: promtext.MetricNames | None
+           ) -> promtext.SpecCounters | None:
+    """One scrape's snapshot, or None (no text, an engine without metrics, unparsable)."""
+    if text is None or names is None:
         return None
     try:
-        return promtext.parse(text, engine)
+        return promtext.parse(text, names)
     except ValueError:
         return None
 

@@ -6,10 +6,11 @@ Design:
   two `/metrics` scrapes (the same ones the acceptance counters come from, loadgen.py) their
   differences give the mean of what the engine observed in that span: Δsum / Δcount,
   summed over label sets (engines, ranks), as promtext sums its counters.
-- Which histograms, per engine family (`HISTOGRAMS`, names read from each release's own
-  metrics code: vLLM 0.26.0 `v1/metrics/loggers.py`, SGLang 0.5.14
-  `observability/metrics_collector.py`; the embedded engine exports vLLM's TTFT, ITL and
-  end-to-end names, embedded/server_metrics.py):
+- Which histograms: the engine's `MetricNames.histograms` (on its adapter,
+  harness/engines/; names read from each release's own metrics code: vLLM 0.26.0
+  `v1/metrics/loggers.py`, SGLang 0.5.14 `observability/metrics_collector.py`; the
+  embedded engine exports vLLM's TTFT, ITL and end-to-end names,
+  embedded/server_metrics.py):
   - queue: waiting before the first schedule; prefill and decode: the request's time in
     each phase (vLLM only); ttft and e2e: first token and whole request, as the engine
     stamps them (the client's own figures add HTTP, detokenizing and streaming);
@@ -17,32 +18,18 @@ Design:
     tokens under speculation), SGLang one per token: the two are named apart in the
     tables, never compared as one figure.
 - SGLang also counts the seconds its GPU spent in forward passes
-  (`sglang:forward_execution_seconds_total`): over the cell's wall time that is the share
-  of the span the GPU was busy (`engine_busy_share`); the others have no such counter.
+  (`MetricNames.busy_seconds`, `sglang:forward_execution_seconds_total`): over the cell's
+  wall time that is the share of the span the GPU was busy (`engine_busy_share`); the
+  others have no such counter.
 - A histogram the scrape lacks gives None, never 0. SGLang's multiprocess metrics show a
   series only once observed: missing before and present after counts from zero
-  (promtext.COUNTERS_APPEAR_ON_FIRST_USE). A count that went down (a restart) gives None;
+  (`MetricNames.appear_on_first_use`). A count that went down (a restart) gives None;
   promtext's counter check already warns of it.
 """
 from __future__ import annotations
 
 from specrepro.harness import promtext
 
-# phase -> histogram name, per engine family
-HISTOGRAMS: dict[str, dict[str, str]] = {
-    "vllm": {"queue": "vllm:request_queue_time_seconds",
-             "prefill": "vllm:request_prefill_time_seconds",
-             "decode": "vllm:request_decode_time_seconds",
-             "ttft": "vllm:time_to_first_token_seconds",
-             "itl": "vllm:inter_token_latency_seconds",
-             "e2e": "vllm:e2e_request_latency_seconds"},
-    "sglang": {"queue": "sglang:queue_time_seconds",
-               "ttft": "sglang:time_to_first_token_seconds",
-               "itl": "sglang:inter_token_latency_seconds",
-               "e2e": "sglang:e2e_request_latency_seconds"},
-    "generic": {},
-}
-BUSY_SECONDS = {"sglang": "sglang:forward_execution_seconds_total"}
 PHASES = ("queue", "prefill", "decode", "ttft", "itl", "e2e")
 COLUMNS = (*(f"engine_{p}_ms" for p in PHASES), "engine_busy_share")
 
@@ -57,22 +44,21 @@ def _grown(old: dict, new: dict, name: str, lazy: bool) -> float | None:
     return None if a is None or b is None or a < b else a - b
 
 
-def fields(before: str | None, after: str | None, family: str,
+def fields(before: str | None, after: str | None, names: promtext.MetricNames | None,
            wall_s: float | None) -> dict[str, float | None]:
     """The cells row's engine-side columns (COLUMNS) from two scrapes' texts; all None
-    where a scrape is missing or the family has no histograms (the transformers peer)."""
+    where a scrape is missing or the engine has no metrics (the transformers peer)."""
     out: dict[str, float | None] = dict.fromkeys(COLUMNS)
-    fam = promtext.ENGINE_FAMILY.get(family)
-    if fam is None or before is None or after is None:
+    if names is None or before is None or after is None:
         return out
-    lazy = fam in promtext.COUNTERS_APPEAR_ON_FIRST_USE
+    lazy = names.appear_on_first_use
     old, new = promtext.samples(before), promtext.samples(after)
-    for phase, name in HISTOGRAMS[fam].items():
+    for phase, name in names.histograms.items():
         d_sum = _grown(old, new, f"{name}_sum", lazy)
         d_count = _grown(old, new, f"{name}_count", lazy)
         if d_sum is not None and d_count:
             out[f"engine_{phase}_ms"] = 1000.0 * d_sum / d_count
-    busy = BUSY_SECONDS.get(fam)
+    busy = names.busy_seconds
     if busy is not None and wall_s:
         spent = _grown(old, new, busy, lazy)
         if spent is not None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from specrepro.compaction import append_log, pack_log
+from specrepro.harness import engines
 from specrepro.harness.arm_engine import ArmEngine, start_engine
 from specrepro.harness.process import port_open
 from specrepro.params import ResolvedArm
@@ -94,7 +95,7 @@ class EnginePool:
         own port is left to the launch's check, which stops a stale engine of this results
         dir or names who holds it); None to keep the profile's."""
         p = arm.resolved
-        if not self.keep or p.engine in ("attach", "transformers"):
+        if not self.keep or not engines.engine(p.engine).launches:  # attached, in-process
             return None
         held = {launch.eng.handle.profile.port for launch in self.live.values()
                 if launch.eng.handle is not None}

@@ -12,7 +12,7 @@ Design:
   terminal leaves stdout/stderr on a hung-up tty whose writes fail (EIO), which would
   break the teardown: those are pointed at /dev/null first (a `kill -HUP` with the
   terminal still there keeps them, and the message is printed).
-- Every launched engine runs in its own process group (engines.py starts it with
+- Every launched engine runs in its own process group (engines/base.py starts it with
   `start_new_session=True`) and gets a watchdog (`guard`: engine_watchdog.py, a child of the
   run in a session of its own) that stops the group when the run dies, SIGKILL included. A
   `Guard` is released by `EngineHandle.stop()` once the group is gone: the watchdog ended,
@@ -49,6 +49,7 @@ from typing import Any
 
 import psutil
 
+from specrepro.harness import engine_handle as handles
 from specrepro.harness import process as proc_mod
 
 MARK = "SPECREPRO_ENGINE_PIDFILE"  # in an engine's environment: its pid file's path
@@ -207,7 +208,7 @@ def marker_env(pid_dir: Path | str, port: int) -> dict[str, str]:
     return {MARK: str(pid_path(pid_dir, port).resolve())}
 
 
-def guard(handle: proc_mod.EngineHandle, pid_dir: Path | str) -> Guard:
+def guard(handle: handles.EngineHandle, pid_dir: Path | str) -> Guard:
     """Write a launched engine's pid file and start its watchdog (module docstring)."""
     popen, argv, log_path = handle.process, handle.argv, handle.log_path
     host, port = handle.profile.host, handle.profile.port
@@ -224,7 +225,7 @@ def guard(handle: proc_mod.EngineHandle, pid_dir: Path | str) -> Guard:
     # (`kill -9 %1`) reaches it, so it outlives whatever kills the run.
     held.watchdog = subprocess.Popen(
         [sys.executable, "-m", "specrepro.harness.engine_watchdog", "--owner", str(me.pid),
-         "--group", str(popen.pid), "--grace", str(proc_mod.STOP_GRACE_S), "--pidfile",
+         "--group", str(popen.pid), "--grace", str(handles.STOP_GRACE_S), "--pidfile",
          str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True)
     _write_json(path, {**record, "watchdog_pid": held.watchdog.pid})
@@ -254,7 +255,7 @@ def _owner_alive(record: dict) -> bool:
         return False
     if pid == os.getpid():  # this process: alive, but is the engine one of its handles?
         return any(h.process is not None and h.process.pid == record.get("pid")
-                   for h in proc_mod._LIVE)
+                   for h in handles.live_handles())
     return True
 
 
@@ -325,7 +326,7 @@ def _stale(path: Path, say) -> str | None:
         return (f"a specrepro engine of this results dir ({what}) listens there for a run "
                 f"still going: {describe(owner.get('pid'))}; wait for it, stop it, or give "
                 f"this profile another port (pid file {path})")
-    left = _stop(procs, proc_mod.STOP_GRACE_S)
+    left = _stop(procs, handles.STOP_GRACE_S)
     if left:
         return (f"a stale specrepro engine of this results dir ({what}, left by run pid "
                 f"{owner.get('pid')}, which has exited) would not stop: "

@@ -82,18 +82,22 @@ from specrepro.workloads import Prompt
 
 SEED_STRIDE = 1_000_003  # a prime: seeds of neighbouring cells do not collide for < 1e6 prompts
 
-# What each engine's OpenAI server accepts beyond the common fields (SGLang's has no
-# `return_token_ids`).
-ENGINE_FEATURES: dict[str, dict[str, bool]] = {
-    "vllm": {"continuous_usage_stats": True, "return_token_ids": True},
-    "embedded": {"continuous_usage_stats": True, "return_token_ids": True},
-    "sglang": {"continuous_usage_stats": True, "return_token_ids": False},
-    # an OpenAI-compatible server that is neither engine: only the standard request fields
-    "generic": {"continuous_usage_stats": False, "return_token_ids": False},
-}
+
+
+@dataclass(frozen=True)
+class RequestFeatures:
+    """What an engine's server accepts beyond the common OpenAI fields (each adapter's
+    `request_features`, harness/engines/): `continuous_usage_stats` in stream_options,
+    `return_token_ids` (SGLang's OpenAI server has none), and `native_api`: a native
+    streaming `POST /generate` (SGLang's) the `api: native` load speaks. The default is
+    vLLM's, which the in-process peer is also given."""
+
+    continuous_usage_stats: bool = True
+    return_token_ids: bool = True
+    native_api: bool = False
+
 
 APIS = ("openai", "native")  # LoadConfig.api; native: SGLang's /generate (module docstring)
-NATIVE_ENGINES = ("sglang",)
 NATIVE_PATH = "/generate"
 # SGLang's finish_reason.type in OpenAI's words (`abort` is an error, not a finish)
 NATIVE_FINISH = {"stop": "stop", "length": "length"}
@@ -121,15 +125,11 @@ class LoadConfig:
     ignore_eos: bool = False
     thinking: bool | None = None  # chat_template_kwargs.enable_thinking where set
     reasoning_effort: str | None = None
-    engine: str = "vllm"  # which request features to use (ENGINE_FEATURES)
+    features: RequestFeatures = RequestFeatures()  # the engine's (its adapter's)
     extra_body: dict = field(default_factory=dict)  # e.g. SGLang's return_spec_tokens_details
     request_timeout_s: float = 600.0
     api: str = "openai"  # openai | native (SGLang's POST /generate; APIS)
     steady: Any = None  # params.window.Window: mode window is a steady window (steady.py)
-
-    @property
-    def features(self) -> dict[str, bool]:
-        return ENGINE_FEATURES.get(self.engine, ENGINE_FEATURES["vllm"])
 
 
 @dataclass
@@ -339,9 +339,9 @@ def request_body(prompt: Prompt, cfg: LoadConfig, seed: int) -> tuple[str, dict]
         "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
         "stream_options": {"include_usage": True},
     }
-    if feats["continuous_usage_stats"]:
+    if feats.continuous_usage_stats:
         body["stream_options"]["continuous_usage_stats"] = True
-    if feats["return_token_ids"]:
+    if feats.return_token_ids:
         body["return_token_ids"] = True
     if cfg.ignore_eos:
         body["ignore_eos"] = True
@@ -413,9 +413,9 @@ class LoadGenerator:
                              "found neither")
         if cfg.api not in APIS:
             raise ValueError(f"load api: expected one of {list(APIS)}, found {cfg.api!r}")
-        if cfg.api == "native" and cfg.engine not in NATIVE_ENGINES:
-            raise ValueError(f"load api 'native' is SGLang's /generate: expected engine "
-                             f"{' or '.join(NATIVE_ENGINES)}, found {cfg.engine!r}")
+        if cfg.api == "native" and not cfg.features.native_api:
+            raise ValueError("load api 'native' is SGLang's /generate: expected an engine "
+                             "that has it (RequestFeatures.native_api), found one without")
         self.cfg = cfg
         self.records: list[RequestRecord] = []
         self.warmup_records: list[RequestRecord] = []
@@ -442,7 +442,7 @@ class LoadGenerator:
                 await self._closed_loop(session, list(enumerate(warm)), self.warmup_records,
                                         warmup=True)
             result = LoadResult(self.records, None)
-            result.before = await _call(scrape)
+            result.before = await steady.call_scrape(scrape)
             start = result.load_start = time.monotonic()
             if cfg.mode == "requests":
                 await self._closed_loop(session, list(enumerate(prompts)), self.records)
@@ -452,7 +452,7 @@ class LoadGenerator:
                 await steady.run_window(self, session, prompts, result, scrape, start)
             else:
                 await self._window(session, prompts, result, scrape, start)
-            result.after = await _call(scrape)
+            result.after = await steady.call_scrape(scrape)
         return result
 
     async def _window(self, session, prompts, result: LoadResult, scrape, start: float) -> None:
@@ -467,11 +467,11 @@ class LoadGenerator:
             i = next(counter)
             return i, prompts[i % len(prompts)]
 
-        workers = [asyncio.create_task(self._worker(session, next_item, self.records,
+        workers = [asyncio.create_task(self.worker(session, next_item, self.records,
                                                     stream=i))
                    for i in range(self.cfg.concurrency)]
         await asyncio.sleep(self.cfg.window_s)
-        result.window = await _call(scrape)
+        result.window = await steady.call_scrape(scrape)
         end = time.monotonic()
         stop.set()
         result.wall_s, result.span = end - start, (start, end)
@@ -485,11 +485,13 @@ class LoadGenerator:
             return queue.pop() if queue else None
 
         n = min(self.cfg.concurrency, len(items))
-        await asyncio.gather(*(self._worker(session, next_item, sink, warmup, stream=i)
+        await asyncio.gather(*(self.worker(session, next_item, sink, warmup, stream=i)
                                for i in range(n)))
 
-    async def _worker(self, session, next_item, sink: list[RequestRecord],
-                      warmup: bool = False, stream: int | None = None) -> None:
+    async def worker(self, session, next_item, sink: list[RequestRecord],
+                     warmup: bool = False, stream: int | None = None) -> None:
+        """One stream: send `next_item()`'s requests one after another until it gives None
+        (steady.run_window drives these too)."""
         while (item := next_item()) is not None:
             idx, prompt = item
             await self.send(session, idx, prompt, sink, warmup, stream)
@@ -544,11 +546,6 @@ class LoadGenerator:
             timer.chunk(body, time.monotonic())
             if timer.r.error is not None:
                 break
-
-
-async def _call(scrape: Scrape | None) -> Any:
-    """Run a blocking scrape (urllib) off the event loop, so streams keep flowing."""
-    return None if scrape is None else await asyncio.to_thread(scrape)
 
 
 def run_load(prompts: Sequence[Prompt], cfg: LoadConfig,

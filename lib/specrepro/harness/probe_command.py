@@ -23,8 +23,9 @@ from pathlib import Path
 
 from specrepro import identity, results
 from specrepro.compaction import pack_log
-from specrepro.harness import engines, lifecycle, process
+from specrepro.harness import lifecycle, process
 from specrepro.harness.arm_engine import log_name, placement_for, start_engine
+from specrepro.harness.engines.base import EngineError
 from specrepro.harness.loadgen import LoadGenerator
 from specrepro.harness.run_command import refuse_without_gpu, resolve
 from specrepro.harness.runner import load_config
@@ -72,7 +73,7 @@ def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Pa
         eng = start_engine(probe, store.logs_dir, root,
                            placement_for(probe, study.placement, process.allowed_cpus()),
                            lifecycle.engines_dir(store.root.parent.parent))
-    except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
+    except (EngineError, ParamsError, RuntimeError, OSError) as err:
         record.update(answer=NO_START, error=str(err))
     else:
         try:

@@ -1,23 +1,16 @@
-"""A running engine as the harness holds it: its process, its HTTP routes, how it is stopped.
+"""What the harness needs of an engine process, whatever the engine: HTTP routes, startup
+facts read from its log, and where it runs (CPU placement).
 
 Design:
-- `EngineHandle` is a running engine, launched here (an adapter in `engines.py` starts it)
-  or attached to: its URL, process, log, version, the startup facts its log gave
-  (`StartupInfo`, parsed by the adapter) and a scrape of its `/metrics`. It asks its adapter
-  which metric family the counters use and which fields to add to requests.
-- An engine runs in its own process group (started with `start_new_session=True`, so the
-  leader's pid is the group id and the children it forks, vLLM's engine cores, carry it).
-  `EngineHandle.stop()` sends SIGTERM to the group, waits, then SIGKILL; handles are
-  context managers and every live one is stopped at interpreter exit (atexit). What stops
-  the group when this process cannot (SIGKILL) is its `guard` (lifecycle.py: a watchdog
-  and a pid file), released once the group is gone.
+- Engine-neutral: no engine is named here. Each engine's routes and log patterns are on
+  its adapter (harness/engines/), the running engine is `engines.handle.EngineHandle`.
 - The harness reaches engines over HTTP only (stdlib `urllib`: a few small blocking
   calls; the load generator has its own async client). Readiness and version go through
-  an engine's `Routes` (its table is `engines.ROUTES`): readiness routes in order of
+  an engine's `Routes` (its adapter's `routes`): readiness routes in order of
   preference, a 404 meaning the running version lacks one (`poll_ready`), and the routes
   whose JSON has a "version" (`read_version`).
 - Startup facts (`StartupInfo`) are read from a log by an engine's table of `LogFact`
-  patterns (`parse_log`; the tables are in startup_logs.py); `startup_error` finds the first
+  patterns (`parse_log`; each adapter's `log_facts`); `startup_error` finds the first
   line naming an exception, for the error of an engine that exited before it was ready.
 - CPU placement (`plan_placement`, the study's `placement: auto | none`): on a small machine
   the load generator and the engine share cores and slow each other (measured on the 2-core
@@ -37,30 +30,15 @@ Design:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
 import re
-import signal
 import socket
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
-
-from specrepro.harness import promtext
-from specrepro.params import Profile
-
-if TYPE_CHECKING:
-    from specrepro.harness.engines import EngineAdapter
-
-STOP_GRACE_S = 30.0  # SIGTERM → SIGKILL: vLLM's engine cores need a few seconds to exit
-LOG_TAIL_LINES = 40
-
+from typing import Any
 
 # ------------------------------------------------------------------------ startup facts
 
@@ -68,7 +46,7 @@ LOG_TAIL_LINES = 40
 @dataclass(frozen=True)
 class StartupInfo:
     """What the engine's startup log says about its capacity and the kernels it chose
-    (the adapters' log tables in engines.py); None where the log did not say."""
+    (the adapters' `log_facts`); None where the log did not say."""
 
     kv_pool_tokens: int | None = None
     max_concurrency: float | None = None  # vLLM: full-length requests the pool holds; SGLang: slots
@@ -306,130 +284,3 @@ def restore(saved: dict[int, set[int]], default: tuple[int, ...] | None = None) 
                 os.sched_setaffinity(tid, mask)
             except OSError:
                 pass
-
-
-# ---------------------------------------------------------------------------- handles
-
-
-_LIVE: set[EngineHandle] = set()  # handles of processes started here and not yet stopped
-
-
-@atexit.register
-def _stop_all() -> None:
-    """No orphan engines: whatever exit path the interpreter takes that runs atexit."""
-    for handle in list(_LIVE):
-        handle.stop()
-
-
-@dataclass(eq=False)
-class EngineHandle:
-    """A running engine (launched here, or attached to), and how to read it."""
-
-    profile: Profile
-    adapter: EngineAdapter
-    url: str
-    process: subprocess.Popen | None = None
-    log_path: Path | None = None
-    argv: list[str] | None = None
-    version: str | None = None
-    startup: StartupInfo = field(default_factory=StartupInfo)
-    warnings: list[str] = field(default_factory=list)
-    attached: str | None = None  # attach: the engine found behind the URL
-    placement: Placement | None = None  # where the launched engine runs (plan_placement)
-    log_offset: int = 0  # where this launch's lines begin: the log is appended to per run
-    guard: Any = None  # lifecycle.Guard: the watchdog and pid file of a launched engine
-
-    def log_text(self) -> str:
-        """This launch's part of the log (earlier launches' lines are never parsed as its
-        startup facts), or "" without one."""
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        with self.log_path.open("rb") as fh:
-            fh.seek(self.log_offset)
-            return fh.read().decode(errors="replace")
-
-    def __post_init__(self) -> None:
-        if self.process is not None:  # a process started here is stopped at exit at the latest
-            _LIVE.add(self)
-
-    @property
-    def engine(self) -> str:
-        """Which metric family the counters use: 'vllm', 'embedded' or 'sglang'."""
-        return self.adapter.metrics_engine(self)
-
-    def alive(self) -> bool:
-        return self.process is None or self.process.poll() is None
-
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
-
-    def metrics_text(self) -> str | None:
-        status, body = http_get(f"{self.url}/metrics", timeout=10.0)
-        return body.decode(errors="replace") if status == 200 else None
-
-    def counters(self) -> promtext.SpecCounters:
-        """A scrape of /metrics; every field None when the endpoint is missing."""
-        text = self.metrics_text()
-        return promtext.parse(text or "", self.engine)
-
-    def request_extras(self) -> dict:
-        return self.adapter.request_extras(self.profile)
-
-    def stop(self) -> None:
-        """SIGTERM the process group, wait, SIGKILL what is left. Idempotent; a second
-        Ctrl-C while it waits kills the group at once."""
-        _LIVE.discard(self)
-        proc = self.process
-        if proc is None:
-            return
-        pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
-        try:
-            _signal_group(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-            # Children the leader left behind still carry the group id.
-            deadline = time.monotonic() + STOP_GRACE_S
-            while _group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-        finally:
-            _signal_group(pgid, signal.SIGKILL)
-            proc.wait()
-            if self.guard is not None:
-                self.guard.release()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs; zombies (exited, not yet reaped by
-    init) do not count. Reads /proc where there is one, else probes with signal 0."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state, _ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
-        except (OSError, ValueError):
-            continue
-        if int(pgrp) == pgid and state != "Z":
-            return True
-    return False

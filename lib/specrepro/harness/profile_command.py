@@ -22,6 +22,7 @@ from pathlib import Path
 
 from specrepro.harness import engines, process, profiling
 from specrepro.harness.arm_engine import ArmEngine
+from specrepro.harness.engines.base import EngineError
 from specrepro.harness.loadgen import LoadGenerator
 from specrepro.harness.run_command import resolve
 from specrepro.harness.runner import check_arms, load_config
@@ -89,7 +90,7 @@ def profile_arm(params: str, study_id: str, arm_name: str, out: Path, concurrenc
         for action in ("start_profile", "stop_profile"):
             status, body = process.http_post(f"{handle.url}/{action}", timeout=600.0)
             if status != 200:
-                raise engines.EngineError(f"{handle.url}/{action} answered {status}: "
+                raise EngineError(f"{handle.url}/{action} answered {status}: "
                                           f"{body[:300].decode(errors='replace')}; log "
                                           f"{handle.log_path}")
             if action == "start_profile":  # the traced load: no warm-up requests of its own
@@ -98,7 +99,7 @@ def profile_arm(params: str, study_id: str, arm_name: str, out: Path, concurrenc
     finally:
         handle.stop()
     if not traces:
-        raise engines.EngineError(f"no trace appeared under {out} within {trace_timeout_s:g} "
+        raise EngineError(f"no trace appeared under {out} within {trace_timeout_s:g} "
                                   f"s of /stop_profile; log {handle.log_path}")
     summaries = [profiling.summarize(t) for t in traces]
     for t, s in zip(traces, summaries, strict=True):
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (engines.EngineError, profiling.TraceError) as err:
+    except (EngineError, profiling.TraceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     for s in summaries:

@@ -9,20 +9,20 @@ Design:
   counter's creation time, about 1.8e9): it is never looked up, since only the exact
   `_total` names are (tests/fixtures/engines/vllm-0.26.0). `vllm:iteration_tokens_total`
   is a histogram despite its name and is not read.
-- Each engine keeps its counters under its own names (vLLM's `vllm:*`, SGLang's `sglang:*`); the
-  `NAMES` table maps them onto one `SpecCounters` record. The embedded engine uses
-  vLLM's names. SGLang has no cumulative accepted-token counter and no per-position one:
-  its acceptance comes from per-response fields where it returns them, else from
-  `spec_verify_calls` (its verify steps), `generation_tokens` and `num_requests`
-  (harness/cells.py); its `spec_accept_*` gauges are windowed and not read. A server that
-  is neither engine (`generic`: attached, OpenAI-compatible) has no names here.
+- Each engine keeps its counters under its own names (vLLM's `vllm:*`, SGLang's `sglang:*`);
+  an engine's `MetricNames` (on its adapter, harness/engines/) maps them onto one
+  `SpecCounters` record, and this module names no engine. The embedded engine uses vLLM's
+  names. SGLang has no cumulative accepted-token counter and no per-position one: its
+  acceptance comes from its adapter (per-response fields, else `spec_verify_calls`,
+  `generation_tokens` and `num_requests`); its `spec_accept_*` gauges are windowed and not
+  read. A server of unknown make (`generic`: attached, OpenAI-compatible) has none.
 - SGLang runs prometheus_client in multiprocess mode, where a labelled counter has no
   sample until it is first incremented: 0.5.14 with the radix cache off never shows
   `sglang:cached_tokens_total` (metrics_collector.py:1507), nor `spec_verify_calls_total`
-  without speculation. So for SGLang (`COUNTERS_APPEAR_ON_FIRST_USE`) a counter missing
-  from the first scrape and present in the second counted from zero.
+  without speculation. So where `MetricNames.appear_on_first_use` (SGLang's) a counter
+  missing from the first scrape and present in the second counted from zero.
 - A metric the text lacks gives `None`, never 0: the runner warns and goes on.
-  `LOST_WITHOUT_METRICS` says, per engine, what a missing `/metrics` costs.
+  `MetricNames.lost_without` says, per engine, what a missing `/metrics` costs.
 - `delta(before, after)` subtracts counters and keeps the later gauges; a counter that
   went down means the engine restarted between the scrapes, which is an error.
 """
@@ -30,56 +30,32 @@ Design:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
 Labels = dict[str, str]
 
-# field -> scraped sample name, per engine family. Counters end in _total.
-NAMES: dict[str, dict[str, str]] = {
-    "vllm": {
-        "num_drafts": "vllm:spec_decode_num_drafts_total",
-        "num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-        "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
-        "accepted_per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-        "generation_tokens": "vllm:generation_tokens_total",
-        "prompt_tokens": "vllm:prompt_tokens_total",
-        "prompt_tokens_cached": "vllm:prompt_tokens_cached_total",
-        "num_preemptions": "vllm:num_preemptions_total",
-        "request_success": "vllm:request_success_total",
-        "requests_running": "vllm:num_requests_running",
-        "requests_waiting": "vllm:num_requests_waiting",
-        "kv_usage": "vllm:kv_cache_usage_perc",
-        "kv_pool_tokens": "vllm:cache_config_info",
-    },
-    "sglang": {
-        "spec_verify_calls": "sglang:spec_verify_calls_total",
-        "generation_tokens": "sglang:generation_tokens_total",
-        "prompt_tokens": "sglang:prompt_tokens_total",
-        "prompt_tokens_cached": "sglang:cached_tokens_total",  # label cache_source; lazy
-        "num_requests": "sglang:num_requests_total",  # finished requests
-        "requests_running": "sglang:num_running_reqs",
-        "requests_waiting": "sglang:num_queue_reqs",
-        "kv_usage": "sglang:token_usage",
-        "kv_pool_tokens": "sglang:max_total_num_tokens",
-    },
-    "generic": {},  # an OpenAI-compatible server of unknown make: no counters known
-}
-ENGINE_FAMILY = {"vllm": "vllm", "embedded": "vllm", "sglang": "sglang", "generic": "generic"}
-COUNTERS_APPEAR_ON_FIRST_USE = {"sglang"}  # multiprocess prometheus_client (module docstring)
 
-# What a cell loses when /metrics does not answer, per family (the warning's text).
-LOST_WITHOUT_METRICS = {
-    "vllm": "acceptance (num_drafts, num_draft_tokens, num_accepted_tokens, acceptance_length, "
-            "draft_acceptance_rate, per_position_acceptance, step_ms), the counter check "
-            "(counters_consistent) and the KV pool where the startup log lacks it",
-    "sglang": "acceptance where the responses carry none (SGLang 0.5.14's never do), the "
-              "counter check (counters_consistent) and the KV pool where the startup log "
-              "lacks it",
-    "generic": "the counter check (counters_consistent); this server's acceptance is not "
-               "known in any case",
-}
+
+@dataclass(frozen=True)
+class MetricNames:
+    """An engine's metric vocabulary, kept on its adapter: `counters` maps each
+    `SpecCounters` field to its scraped sample name (counters end in `_total`);
+    `histograms` a latency phase to a histogram's base name (engine_latency.py);
+    `busy_seconds` the counter of seconds spent in forward passes, if any;
+    `appear_on_first_use`: a labelled counter has no sample until first incremented
+    (multiprocess prometheus_client); `lost_without`: what a cell loses when `/metrics`
+    does not answer (the warning's text). `family` names the vocabulary in errors."""
+
+    family: str
+    counters: Mapping[str, str]
+    lost_without: str
+    histograms: Mapping[str, str] = field(default_factory=dict)
+    busy_seconds: str | None = None
+    appear_on_first_use: bool = False
+
 
 # Point-in-time values: a delta keeps the later scrape's value.
 GAUGES = ("requests_running", "requests_waiting", "kv_usage", "kv_pool_tokens")
@@ -89,7 +65,7 @@ GAUGES = ("requests_running", "requests_waiting", "kv_usage", "kv_pool_tokens")
 class SpecCounters:
     """One scrape (or the difference of two) in engine-neutral names; None = not exposed."""
 
-    engine: str
+    names: MetricNames  # the vocabulary it was read with
     num_drafts: float | None = None
     num_draft_tokens: float | None = None
     num_accepted_tokens: float | None = None
@@ -108,8 +84,12 @@ class SpecCounters:
 
     def missing(self) -> list[str]:
         """Fields this engine's family should expose but the scrape lacked."""
-        expected = NAMES[ENGINE_FAMILY[self.engine]]
-        return [name for name in expected if getattr(self, name) is None]
+        return [name for name in self.names.counters if getattr(self, name) is None]
+
+    @property
+    def engine(self) -> str:
+        """The metric family it was read with ('vllm', 'sglang', ...)."""
+        return self.names.family
 
     @property
     def requests_finished(self) -> float | None:
@@ -169,14 +149,11 @@ def _kv_pool_tokens(found: dict, name: str) -> float | None:
     return sum(value for _, value in rows)
 
 
-def parse(text: str, engine: str) -> SpecCounters:
-    """A snapshot from one /metrics text; engine: 'vllm', 'embedded' or 'sglang'."""
-    if engine not in ENGINE_FAMILY:
-        raise ValueError(f"expected engine one of {sorted(ENGINE_FAMILY)}, found {engine!r}")
-    names = NAMES[ENGINE_FAMILY[engine]]
+def parse(text: str, names: MetricNames) -> SpecCounters:
+    """A snapshot from one /metrics text, read with an engine's metric names."""
     found = samples(text)
     values: dict[str, object] = {}
-    for field_name, metric in names.items():
+    for field_name, metric in names.counters.items():
         if field_name == "accepted_per_pos":
             values[field_name] = _per_position(found, metric)
         elif field_name == "request_success":
@@ -185,7 +162,7 @@ def parse(text: str, engine: str) -> SpecCounters:
             values[field_name] = _kv_pool_tokens(found, metric)
         else:
             values[field_name] = total(found, metric)
-    return SpecCounters(engine=engine, **values)
+    return SpecCounters(names=names, **values)
 
 
 def _sub(name: str, before: float | None, after: float | None) -> float | None:
@@ -199,14 +176,14 @@ def _sub(name: str, before: float | None, after: float | None) -> float | None:
 
 def delta(before: SpecCounters, after: SpecCounters) -> SpecCounters:
     """What happened between two scrapes of one engine: counters subtracted, gauges later."""
-    if before.engine != after.engine:
+    if before.names != after.names:
         raise ValueError(f"expected two scrapes of one engine, found {before.engine!r} and "
                          f"{after.engine!r}")
     values: dict[str, object] = {}
-    lazy = ENGINE_FAMILY[after.engine] in COUNTERS_APPEAR_ON_FIRST_USE
+    lazy = after.names.appear_on_first_use
     for f in dataclasses.fields(SpecCounters):
         name, old, new = f.name, getattr(before, f.name), getattr(after, f.name)
-        if name == "engine":
+        if name == "names":
             continue
         if lazy and old is None and isinstance(new, float) and name not in GAUGES:
             old = 0.0  # first incremented between the scrapes (module docstring)
@@ -220,7 +197,7 @@ def delta(before: SpecCounters, after: SpecCounters) -> SpecCounters:
                 for reason, count in new.items()}
         else:
             values[name] = _sub(name, old, new)
-    return SpecCounters(engine=after.engine, **values)
+    return SpecCounters(names=after.names, **values)
 
 
 def _sub_positions(old: tuple | None, new: tuple | None) -> tuple[float, ...] | None:

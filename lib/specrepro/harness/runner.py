@@ -58,7 +58,7 @@ Design:
   deadline passes: Ctrl-C's own path, so the cell in flight is stored as `interrupted` and
   the engine stopped. The session ends as `deadline`, `RunSummary.left` counts the cells a
   resumed run will measure, the exit status is 75 (EX_TEMPFAIL). The teardown (engine stop,
-  up to 2 x `process.STOP_GRACE_S`; merge; archive) follows the deadline: leave room for it.
+  up to 2 x `engine_handle.STOP_GRACE_S`; merge; archive) follows the deadline: leave room for it.
   Off the main thread (a notebook's worker) only the check between cells applies.
 - An archive (`Archive`: `--archive PATH`) is one .tar.gz of the stores a command writes
   (`<study>/<run_id>/...`), rewritten whole when the session begins, after each engine
@@ -82,7 +82,7 @@ from tqdm import tqdm
 
 from specrepro import identity
 from specrepro.compaction import pack_log
-from specrepro.harness import engines, lifecycle, power, process, promtext
+from specrepro.harness import lifecycle, power, process
 from specrepro.harness.arm_engine import (
     ArmEngine,
     known_version,
@@ -105,6 +105,7 @@ from specrepro.harness.deadline import (
     start_repays,
 )
 from specrepro.harness.engine_pool import EnginePool, Launch, choose_keep
+from specrepro.harness.engines.base import EngineError
 from specrepro.harness.launch_plan import (  # noqa: F401 (check_arms: the commands' API)
     check_arms,
     chosen_arms,
@@ -171,7 +172,7 @@ def load_config(study: ResolvedStudy, cell: Cell, eng: ArmEngine, timeout_s: flo
         top_p=cell.sampling.top_p, top_k=cell.sampling.top_k, seed=cell.seed,
         ignore_eos=study.ignore_eos, thinking=study.thinking,
         reasoning_effort=study.reasoning_effort,
-        engine=eng.family if eng.family in promtext.ENGINE_FAMILY else "vllm",
+        features=eng.adapter.request_features,
         extra_body=extras, request_timeout_s=timeout_s, api=p.api)
 
 
@@ -424,7 +425,7 @@ def start_group(todo, root: Path, cpus, pool: EnginePool, key: int, serves: int
             live = pool.start(key, arm0, first.store.logs_dir, root,
                               placement_for(arm0, first.study.placement, cpus),
                               lifecycle.engines_dir(first.store.root.parent.parent))
-    except (engines.EngineError, ParamsError, RuntimeError, OSError) as err:
+    except (EngineError, ParamsError, RuntimeError, OSError) as err:
         pool.dead.add(key)
         failed_log = first.store.logs_dir / log_name(arm0)
         if failed_log.is_file():  # its tail is in the error; the whole log stays, gzipped

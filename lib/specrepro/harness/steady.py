@@ -60,10 +60,13 @@ import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from specrepro.harness.loadgen import LoadGenerator, LoadResult, RequestRecord
+# The load generator's types, named for what they are: loadgen.py drives the window from
+# here and imports this module, which imports nothing of it (no import cycle).
+RequestRecord = Any  # loadgen.RequestRecord
+LoadResult = Any  # loadgen.LoadResult
+LoadGenerator = Any  # loadgen.LoadGenerator
 
 POLL_S = 0.02  # how often the opening condition is checked (the client's core; ~free)
 GRID_S = 0.25  # the closing ticks after window_s
@@ -117,14 +120,17 @@ def fewest_completed(records: Sequence[RequestRecord], opened: float, n: int) ->
     return min(completed_per_stream(records, opened, n))
 
 
+async def call_scrape(scrape) -> Any:
+    """Run a blocking scrape (urllib) off the event loop, so streams keep flowing."""
+    return None if scrape is None else await asyncio.to_thread(scrape)
+
+
 async def run_window(gen: LoadGenerator, session, prompts, result: LoadResult, scrape,
                      start: float) -> None:
     """A steady window (module docstring): N workers cycle the prompts, their caps spread;
     the window opens once ramp-up is over and closes on a tick once every stream has turned
     over; then sending stops and requests in flight finish."""
     from dataclasses import replace
-
-    from specrepro.harness.loadgen import _call
 
     w, n = gen.cfg.steady, gen.cfg.concurrency
     stop = asyncio.Event()
@@ -137,7 +143,7 @@ async def run_window(gen: LoadGenerator, session, prompts, result: LoadResult, s
         p = prompts[i % len(prompts)]
         return i, replace(p, max_tokens=spread_cap(p.max_tokens, i, w.cap_spread))
 
-    workers = [asyncio.create_task(gen._worker(session, next_item, gen.records, stream=i))
+    workers = [asyncio.create_task(gen.worker(session, next_item, gen.records, stream=i))
                for i in range(n)]
     # bounded: a stream that never gets a token leaves the cell flagged (window_fields)
     give_up = start + w.skip_s + w.max_window_s
@@ -146,7 +152,7 @@ async def run_window(gen: LoadGenerator, session, prompts, result: LoadResult, s
             or len(streams_with_token(gen.records, gen.live)) < n):
         await asyncio.sleep(POLL_S)
     a = time.monotonic()
-    result.start = await _call(scrape)
+    result.start = await call_scrape(scrape)
     result.start_at = (a, time.monotonic())
     opened = sum(result.start_at) / 2
     last = opened + w.max_window_s
@@ -157,7 +163,7 @@ async def run_window(gen: LoadGenerator, session, prompts, result: LoadResult, s
             break
         tick = min(tick + GRID_S, last)
     a = time.monotonic()
-    result.window = await _call(scrape)
+    result.window = await call_scrape(scrape)
     result.end_at = (a, time.monotonic())
     stop.set()
     result.span = (opened, sum(result.end_at) / 2)

@@ -31,6 +31,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+from specrepro.params.engine_kinds import ATTACHABLE_NAMES, ENGINE_NAMES, KINDS, names_where
 from specrepro.params.errors import Expect, Problem, _duplicates, _one_of
 from specrepro.params.substrate import Substrate
 from specrepro.params.tree import Tree
@@ -127,15 +128,11 @@ class Hardware(Strict):
     power_limit_w: PositiveFloat | None = None
 
 
-GPU_ENGINES = ("vllm", "sglang")  # engines the harness launches only on a GPU machine
-
-
 class Profile(Strict):
     """One engine configuration: how to start it, with which flags, on which hardware."""
 
     name: str
-    # transformers: the in-process peer (harness/peer.py) on the embedded checkpoint
-    engine: Literal["vllm", "sglang", "embedded", "attach", "transformers"]
+    engine: Literal[ENGINE_NAMES]  # type: ignore[valid-type]  (params/engine_kinds.py)
     description: str = ""
     command: Annotated[list[str], Expect("an argv list of strings")] | None = None
     url: str | None = None
@@ -152,7 +149,7 @@ class Profile(Strict):
     ready_timeout_s: PositiveFloat = 600.0
     article_arm: str | None = None
     return_spec_details: bool | None = None  # SGLang: acceptance from per-response fields
-    attached_engine: Literal["vllm", "sglang", "embedded"] | None = None  # attach: who answers
+    attached_engine: Literal[ATTACHABLE_NAMES] | None = None  # type: ignore[valid-type]
     # Which HTTP API the load generator speaks: "openai" (/v1/completions, chat) or "native"
     # (SGLang's POST /generate: token ids and per-request acceptance in meta_info, for
     # completion-form workloads only; harness/loadgen.py). The default is left out of the
@@ -168,9 +165,10 @@ class Profile(Strict):
 
     def cross_checks(self) -> list[tuple[tuple, str]]:
         out = []
-        if self.engine == "attach" and not self.url:
+        kind = KINDS[self.engine]
+        if kind.needs_url and not self.url:
             out.append((("url",), "expected the URL of a running engine, found none"))
-        if self.engine in ("attach", "transformers"):
+        if not kind.starts:
             if self.command is not None:
                 out.append(
                     (
@@ -183,26 +181,28 @@ class Profile(Strict):
                 )
         elif not self.command:
             out.append((("command",), f"expected the argv that starts {self.engine}, found none"))
-        if self.engine == "sglang" and self.return_spec_details is not True:
+        if kind.spec_details == "required" and self.return_spec_details is not True:
             out.append(
                 (
                     ("return_spec_details",),
-                    f"expected true for sglang, found {self.return_spec_details!r}",
+                    f"expected true for {self.engine}, found {self.return_spec_details!r}",
                 )
             )
-        if self.engine not in ("sglang", "attach") and self.return_spec_details is not None:
+        if kind.spec_details == "forbidden" and self.return_spec_details is not None:
             out.append(
                 (
                     ("return_spec_details",),
-                    (f"expected it only on sglang, found it on {self.engine}"),
+                    (f"expected it only on {names_where(spec_details='required')}, "
+                     f"found it on {self.engine}"),
                 )
             )
-        if self.api == "native" and self.engine != "sglang":
+        if self.api == "native" and not kind.native_api:
             why = f"expected 'openai' for {self.engine} (api 'native' is SGLang's /generate)"
             out.append((("api",), f"{why}, found 'native'"))
-        if self.engine != "attach" and self.attached_engine is not None:
+        if not kind.attaches and self.attached_engine is not None:
+            where = names_where(attaches=True)
             out.append(
-                (("attached_engine",), f"expected it only on attach, found it on {self.engine}")
+                (("attached_engine",), f"expected it only on {where}, found it on {self.engine}")
             )
         if self.speculative is not None:
             out += [(("speculative", *p), m) for p, m in self.speculative.cross_checks()]
@@ -218,7 +218,7 @@ class Profile(Strict):
         """Whether its engine needs an NVIDIA GPU: run with `--device cuda`, or a vLLM or
         SGLang the harness launches (an attached one is wherever its URL is)."""
         return (str((self.flags or {}).get("device", "")).startswith("cuda")
-                or self.engine in GPU_ENGINES)
+                or KINDS[self.engine].gpu_only)
 
 
 
