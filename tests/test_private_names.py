@@ -88,8 +88,8 @@ def crossings(path: Path) -> list[tuple[str, str]]:
         for pkg in PUBLIC_PACKAGES:
             inner = target.startswith(pkg + ".")
             if inner and not (me == pkg or me.startswith(pkg + ".")):
-                bad.append((f"{rel}:{target}", f"{rel}:{line}: imports {target}; outside "
-                                               f"{pkg}, import its public interface `{pkg}`"))
+                bad.append((f"{rel}:{target}", (f"{rel}:{line}: imports {target}; outside "
+                                                f"{pkg}, import its public interface `{pkg}`")))
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -114,8 +114,9 @@ def crossings(path: Path) -> list[tuple[str, str]]:
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                 and node.value.id in modules and private(node.attr)
                 and modules[node.value.id] != me):
-            bad.append((f"{rel}:{node.attr}", f"{rel}:{node.lineno}: uses {node.attr} of "
-                       f"{modules[node.value.id]} ({node.value.id}.{node.attr})"))
+            bad.append((f"{rel}:{node.attr}", (f"{rel}:{node.lineno}: uses {node.attr} of "
+                                               f"{modules[node.value.id]} "
+                                               f"({node.value.id}.{node.attr})")))
     return bad
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from specrepro import identity
 from specrepro.harness import engines, power, process
 from specrepro.params import ResolvedArm
-from specrepro.results import ResultStore
+from specrepro.store import ResultStore
 
 
 @dataclass

@@ -81,7 +81,6 @@ from typing import Any
 from tqdm import tqdm
 
 from specrepro import identity
-from specrepro.compaction import pack_log
 from specrepro.harness import engines, lifecycle, power, process, promtext
 from specrepro.harness.arm_engine import (
     ArmEngine,
@@ -117,7 +116,7 @@ from specrepro.params import (
     ResolvedArm,
     ResolvedStudy,
 )
-from specrepro.results import ResultStore, now
+from specrepro.store import ResultStore, now, pack_log
 from specrepro.workloads import Prompt, build_workload
 
 IGNORE_EOS_WARNING = (

@@ -480,7 +480,7 @@ class Study(Strict):
 
 
 def _gate_checks(i: int, g: Gate, arms: list, loads: list, levels: list) -> list:
-    from specrepro.results import CELL_SCHEMA  # gates read columns of the cells table
+    from specrepro.store import CELL_SCHEMA  # gates read columns of the cells table
 
     out = []
     if g.metric not in CELL_SCHEMA:
