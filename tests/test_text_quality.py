@@ -188,7 +188,7 @@ def test_prose_prompts_come_from_held_out_articles_only_and_say_what_they_stand_
 
 
 def test_prose_is_completion_form_and_the_essays_stay_optional():
-    from specrepro.params.schema import Workload
+    from specrepro.params import Workload
 
     with pytest.raises(workloads.WorkloadError, match="completion"):
         workloads.build_workload({"name": "prose", "n": 2})
