@@ -70,6 +70,7 @@ from specrepro.store.sharing import SAME_AS, locked, read_manifest, resolve_para
 
 
 def now() -> dt.datetime:
+    """The store's clock, timezone-aware UTC: sessions' and attempts' times."""
     return dt.datetime.now(dt.UTC)
 
 
