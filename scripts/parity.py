@@ -77,10 +77,10 @@ def end_of_text(model_dir: str) -> tuple[int, ...]:
 def study_prompts(store: parity.Store) -> dict[str, str]:
     """prompt_id -> the text the engines were sent, rebuilt from the store's manifest (the
     workloads as the study declared them); a chat prompt through the embedded template."""
-    from specrepro import results
+    from specrepro.store import ResultStore
     from specrepro.workloads import build_workload
 
-    sessions = results.ResultStore(store.path.parent.parent, store.path.parent.name,
+    sessions = ResultStore(store.path.parent.parent, store.path.parent.name,
                                    store.path.name).manifest().get("sessions", [])
     params = next((s["params"] for s in reversed(sessions) if s.get("params")), None)
     if params is None:

@@ -93,14 +93,14 @@ def natural(args) -> None:
 def cells(args) -> None:
     import polars as pl
 
-    from specrepro import results
     from specrepro.analysis.text_quality import with_length_share
+    from specrepro.store import load_cells, load_requests
 
     frames = []
     for manifest in sorted(glob.glob(f"{args.results}/*/*/*/manifest.json")):
         root = Path(manifest).parent
-        ok = results.load_cells(root).filter(pl.col("status") == "ok")
-        ok = with_length_share(ok, results.load_requests(root, ok))
+        ok = load_cells(root).filter(pl.col("status") == "ok")
+        ok = with_length_share(ok, load_requests(root, ok))
         frames.append(ok.select("workload", "temperature", "repeated_4gram_share",
                                 "length_share").with_columns(pl.lit(str(root)).alias("store")))
     df = pl.concat(frames)

@@ -12,11 +12,12 @@ import polars as pl
 import pytest
 
 from specrepro import analysis as sa
-from specrepro import identity, params, pipeline, results
+from specrepro import identity, params, pipeline
 from specrepro.analysis import finding as finding_mod
 from specrepro.analysis import report, summary, tables
 from specrepro.harness.runner import RunSummary
 from specrepro.params import Gate, ParamsError
+from specrepro.store import ResultStore, load_cells, now
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "params" / "smoke.yaml"
@@ -27,7 +28,7 @@ def write_cells(results_dir: Path, params: Path, nb: str, figure, n_prompts=None
                 overrides=None) -> sa.Finding | None:
     """One ok row per declared cell, its figures from figure(cell, profile) (a dict)."""
     suite, study = pipeline.study_for(params, nb, overrides)
-    store = results.ResultStore(results_dir, study.name, suite.run_id)
+    store = ResultStore(results_dir, study.name, suite.run_id)
     store.begin_session({"params": {"test": True}})
     for cell in study.cells():
         prof = next(a for a in study.arms if a.name == cell.arm.name).resolved
@@ -40,7 +41,7 @@ def write_cells(results_dir: Path, params: Path, nb: str, figure, n_prompts=None
             "schedule": spec.num_speculative_tokens_per_batch_size if spec else None,
             "workload": cell.workload.name, "n_prompts": n_prompts or cell.workload.n,
             "concurrency": cell.concurrency, "temperature": cell.sampling.temperature,
-            "repeat": cell.repeat, "seed": cell.seed, "ended_at": results.now(),
+            "repeat": cell.repeat, "seed": cell.seed, "ended_at": now(),
             **figure(cell, prof),
         }
         store.append_cell(row, [{"request_idx": 0, "prompt_id": "p0", "text": "t"}])
@@ -89,14 +90,14 @@ def test_a_partial_store_replays_what_is_there_and_names_what_is_missing(tmp_pat
     # take out one arm and one level of another: rewrite the store without them
     store = tmp_path / study.name
     suite, _ = pipeline.study_for(SMOKE, "06_draft_schedule_under_load")
-    cells = results.load_cells(store / suite.run_id)
+    cells = load_cells(store / suite.run_id)
     arms = [a.name for a in study.arms]
     gone_arm, cut_arm = arms[-1], arms[1]
     top = max(c.concurrency for c in study.cells())
     keep = cells.filter((pl.col("arm") != gone_arm)
                         & ~((pl.col("arm") == cut_arm) & (pl.col("concurrency") == top)))
     shutil.rmtree(store)
-    out = results.ResultStore(tmp_path, study.name, suite.run_id)
+    out = ResultStore(tmp_path, study.name, suite.run_id)
     out.begin_session({"params": {"test": True}})
     for row in keep.to_dicts():
         out.append_cell(row, [{"request_idx": 0, "prompt_id": "p0", "text": "t"}])
@@ -228,7 +229,7 @@ def test_a_partial_store_says_which_stored_rows_another_identity_kept_out(tmp_pa
     other = {"arms": [*arms[:2], {**arms[2], "overrides": {"flags": {"seed": 1}}}]}
     then = write_cells(tmp_path, SMOKE, "07_the_bill", plain, overrides=other)
     suite, now = pipeline.study_for(SMOKE, "07_the_bill")
-    store = results.ResultStore(tmp_path, now.name, suite.run_id)
+    store = ResultStore(tmp_path, now.name, suite.run_id)
     recorded = {a.name: identity.profile_hash(a.resolved) for a in then.arms}
     store.begin_session({"engines": [{"arm": n, "profile_hash": h}
                                      for n, h in recorded.items()]})

@@ -25,29 +25,25 @@ RULES: dict[str, tuple[str, ...]] = {
     "specrepro.embedded": ("specrepro.embedded", "specrepro.speculative", "specrepro.metrics",
                            "specrepro.data"),
     # reaches engines over HTTP (the embedded one as a process), never their internals
-    "specrepro.harness": ("specrepro.harness", "specrepro.params", "specrepro.results",
-                          "specrepro.compaction", "specrepro.workloads", "specrepro.grading",
-                          "specrepro.probe_answers", *SHARED),
+    "specrepro.harness": ("specrepro.harness", "specrepro.params", "specrepro.store",
+                          "specrepro.workloads", "specrepro.grading", "specrepro.probe_answers",
+                          *SHARED),
     # reads results tables only: never an engine, never the harness
-    "specrepro.analysis": ("specrepro.analysis", "specrepro.params", "specrepro.results",
+    "specrepro.analysis": ("specrepro.analysis", "specrepro.params", "specrepro.store",
                            "specrepro.published", "specrepro.probe_answers", *SHARED),
     # measuring above analysis: decides replay or run and calls the harness
     "specrepro.pipeline": ("specrepro.pipeline", "specrepro.harness", "specrepro.analysis",
-                           "specrepro.params", "specrepro.results", *SHARED),
+                           "specrepro.params", "specrepro.store", *SHARED),
     # a gate names a column of the results tables
-    "specrepro.params": ("specrepro.params", "specrepro.results", *SHARED),
-    "specrepro.results": ("specrepro.results", "specrepro.store_sharing",
-                          "specrepro.results_schema", "specrepro.store_integrity", *SHARED),
-    "specrepro.results_schema": (),  # the tables' columns: polars types only
+    "specrepro.params": ("specrepro.params", "specrepro.store", *SHARED),
+    # the results store (its public interface: specrepro/store/__init__.py)
+    "specrepro.store": ("specrepro.store", *SHARED),
+    "specrepro.store.schema": (),  # the tables' columns: polars types only
+    "specrepro.store.sharing": (),  # locks and the manifest file: no table
+    # what a readable table file is; a damaged one set aside (every reader goes through it)
+    "specrepro.store.integrity": ("specrepro.store.schema", "specrepro.store.sharing"),
     # a probe's answers in a manifest: read by `specrepro probe` and by the report
     "specrepro.probe_answers": ("specrepro.params", *SHARED),
-    "specrepro.store_sharing": (),
-    # what a readable table file is; a damaged one set aside (results and compaction read
-    # through it)
-    "specrepro.store_integrity": ("specrepro.results_schema", "specrepro.store_sharing"),
-    # a store made ready to commit: rewrites what results.py wrote
-    "specrepro.compaction": ("specrepro.compaction", "specrepro.results",
-                             "specrepro.store_sharing", "specrepro.store_integrity", *SHARED),
     "specrepro.workloads": ("specrepro.workloads", *SHARED),
     "specrepro.grading": ("specrepro.grading",),
     "specrepro.published": ("specrepro.published",),

@@ -25,11 +25,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from specrepro import results
 from specrepro.harness import engines
 from specrepro.harness.cells import acceptance, counters_delta, latency_fields
 from specrepro.harness.engines.sglang import NOT_COUNTED, sglang_counts
 from specrepro.harness.loadgen import LoadResult, RequestRecord, StreamTimer
+from specrepro.store import CELL_REQUIRED, CELL_SCHEMA, frame, load_attempts, normalize
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engines"
 SGLANG = FIXTURES / "sglang-0.5.14"
@@ -207,13 +207,13 @@ def test_missing_metrics_names_the_url_and_the_lost_figures():
 
 
 def test_a_store_written_before_the_new_column_reads_it_as_null(tmp_path):
-    row = results.normalize({"cell_id": "0123456789abcdef", "attempt": 1, "status": "ok",
-                             "study": "s", "run_id": "r", "itl_p50_ms": 4.5},
-                            results.CELL_SCHEMA, results.CELL_REQUIRED, "test row")
-    old = results.frame([row], results.CELL_SCHEMA).drop("itl_request_mean_ms")
+    row = normalize({"cell_id": "0123456789abcdef", "attempt": 1, "status": "ok",
+                     "study": "s", "run_id": "r", "itl_p50_ms": 4.5},
+                    CELL_SCHEMA, CELL_REQUIRED, "test row")
+    old = frame([row], CELL_SCHEMA).drop("itl_request_mean_ms")
     cells = tmp_path / "s" / "r" / "cells"
     cells.mkdir(parents=True)
     old.write_parquet(cells / "0123456789abcdef-a001.parquet")
-    got = results.load_attempts(tmp_path)
-    assert got.schema == pl.Schema(results.CELL_SCHEMA)
+    got = load_attempts(tmp_path)
+    assert got.schema == pl.Schema(CELL_SCHEMA)
     assert got["itl_request_mean_ms"].to_list() == [None] and got["itl_p50_ms"][0] == 4.5

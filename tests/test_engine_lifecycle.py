@@ -23,7 +23,7 @@ import yaml
 
 from specrepro.harness import engines, lifecycle, process, promtext
 from specrepro.harness.run_command import main as run_main
-from specrepro.results import ResultStore
+from specrepro.store import ResultStore
 
 REPO = Path(__file__).resolve().parents[1]
 GONE_S = 15.0  # how long a killed run's engine may take to go (the watchdog polls each 1 s)

@@ -11,7 +11,7 @@ import pytest
 from specrepro import identity
 from specrepro.analysis import engine_starts
 from specrepro.params import load_suite, resolve_study
-from specrepro.results import ResultStore
+from specrepro.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1]
 # the committed H200 stores are keyed by the exported folders' fingerprints

@@ -14,12 +14,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from specrepro import pipeline, results
+from specrepro import pipeline
 from specrepro.analysis import claims as claims_mod
 from specrepro.analysis import figure_checks, figures, verdicts
 from specrepro.analysis.claims import claims_for
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.overlay import overlay, overlay_tables, published_ranges
+from specrepro.store import CELL_SCHEMA, REQUEST_SCHEMA, empty, frame
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "params" / "default.yaml"
@@ -40,10 +41,10 @@ def finding(params: Path, nb: str, figure, overrides=None) -> Finding:
                      "workload": cell.workload.name, "concurrency": cell.concurrency,
                      "temperature": cell.sampling.temperature, "repeat": cell.repeat,
                      **figure(cell, prof)})
-    cells = results.frame(rows, results.CELL_SCHEMA).with_columns(
+    cells = frame(rows, CELL_SCHEMA).with_columns(
         pl.col("arm").replace_strict(labels, default=None).alias("label"))
     return Finding(nb, study, suite, Path("/nonexistent"), cells,
-                   results.empty(results.REQUEST_SCHEMA), False, {})
+                   empty(REQUEST_SCHEMA), False, {})
 
 
 @pytest.fixture(autouse=True)

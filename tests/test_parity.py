@@ -1,6 +1,6 @@
 """analysis/parity.py and scripts/parity.py: engines' stores of one study matched cell for cell.
 
-Constructed stores (written through results.ResultStore, cell ids that differ per engine as
+Constructed stores (written through ResultStore, cell ids that differ per engine as
 real ones do) where the answer is known: identical outputs, a divergence at known positions,
 a 6 % gap flagged and a 4 % one not, a missing arm and level, batch and repeat variance;
 then the script on the committed H200 stores (vLLM 0.26.0 and the embedded engine).
@@ -17,8 +17,8 @@ import polars as pl
 import pytest
 
 from conftest import load_script
-from specrepro import results
 from specrepro.analysis import parity, tables
+from specrepro.store import ResultStore, now
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM = ROOT / "results/h200-engines/01_drafter_block_sweep/h200-engines"
@@ -41,7 +41,7 @@ def write_store(root: Path, engine: str, cells: list[dict], arms=("mtp-k3", "dfl
                 ) -> Path:
     """One engine's run of the study: its cells (CELL_SCHEMA figures plus `outputs`, token
     ids per prompt) as ok attempts, the study's arm order in the manifest."""
-    store = results.ResultStore(root / engine, STUDY, "run")
+    store = ResultStore(root / engine, STUDY, "run")
     store.begin_session({"params": {"arms": [{"name": a} for a in arms]}})
     for i, c in enumerate(cells):
         c = dict(c)
@@ -49,7 +49,7 @@ def write_store(root: Path, engine: str, cells: list[dict], arms=("mtp-k3", "dfl
         cid = hashlib.sha256(f"{engine}/{i}".encode()).hexdigest()[:16]  # ids differ per engine
         row = {"cell_id": cid, "status": "ok", "engine": engine, "engine_version": "test",
                "workload": "humaneval", "temperature": 0.0, "n_prompts": len(outputs),
-               "ended_at": results.now(), "agg_tok_s": 100.0, "ttft_p50_ms": 10.0,
+               "ended_at": now(), "agg_tok_s": 100.0, "ttft_p50_ms": 10.0,
                "itl_p50_ms": 1.0, "itl_request_mean_ms": 1.5, **c}
         store.append_cell(row, [{"request_idx": j, "prompt_id": f"humaneval-{j:04d}",
                                  "token_ids": t, "completion_tokens": len(t)}
@@ -159,7 +159,7 @@ def test_a_later_cell_at_the_same_key_replaces_the_earlier_and_is_noted(tmp_path
 
 def test_a_folder_above_one_run_is_refused(tmp_path):
     write_store(tmp_path, "a", grid())
-    results.ResultStore(tmp_path / "a", STUDY, "other").append_cell(
+    ResultStore(tmp_path / "a", STUDY, "other").append_cell(
         {"cell_id": "0" * 16, "status": "ok", "arm": "mtp-k3"})
     with pytest.raises(parity.ParityError, match=r"holds 2 runs .*give one"):
         parity.load_store("A", tmp_path / "a")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import load_script
-from specrepro import results
 from specrepro.analysis import parity, peer
+from specrepro.store import ResultStore, now
 
 ARMS = ("none", "mtp-k3", "dflash-k7")
 
@@ -20,7 +20,7 @@ def store(root: Path, engine: str, rates: dict[tuple[str, int], list[float]],
           engine_side: dict | None = None) -> Path:
     """One engine's peer study: tok/s per (arm, streams), one cell per repeat, with the
     engine's own histogram means (engine_side) where given."""
-    s = results.ResultStore(root / engine, "peer", "run")
+    s = ResultStore(root / engine, "peer", "run")
     s.begin_session({"params": {"arms": [{"name": a} for a in ARMS]}})
     i = 0
     for (arm, conc), vals in rates.items():
@@ -29,7 +29,7 @@ def store(root: Path, engine: str, rates: dict[tuple[str, int], list[float]],
             cid = hashlib.sha256(f"{engine}/{i}".encode()).hexdigest()[:16]
             s.append_cell({"cell_id": cid, "status": "ok", "engine": engine, "arm": arm,
                            "workload": "gsm8k", "temperature": 0.0, "concurrency": conc,
-                           "repeat": rep, "n_prompts": 1, "ended_at": results.now(),
+                           "repeat": rep, "n_prompts": 1, "ended_at": now(),
                            "agg_tok_s": v, "ttft_p50_ms": 2.0, "ttft_p95_ms": 3.0,
                            "acceptance_length": None if arm == "none" else 3.0,
                            "itl_p50_ms": 1.0, "e2e_p50_s": 0.25, **(engine_side or {})},

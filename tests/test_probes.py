@@ -16,7 +16,7 @@ import yaml
 from specrepro.analysis import probes
 from specrepro.harness import probe_command
 from specrepro.params import ParamsError, load_suite, resolve_study
-from specrepro.results import ResultStore
+from specrepro.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,9 +16,10 @@ import nbformat
 import pytest
 import yaml
 
-from specrepro import identity, provenance, results
+from specrepro import identity, provenance
 from specrepro.analysis import arms_across, notebooks, report
 from specrepro.params import NOTEBOOK_IDS, load_suite, resolve_study
+from specrepro.store import ResultStore, now
 
 ROOT = Path(__file__).resolve().parents[1]
 SYMBOLS = {"holds": "✓", "holds in direction only": "◐", "does not hold": "✗",
@@ -257,7 +258,7 @@ def store_cells(suite_path: Path, nb: str, tok_s, overrides=None) -> None:
     """One ok row per declared cell of the notebook's study, agg_tok_s = tok_s(cell)."""
     suite = load_suite(suite_path)
     study = resolve_study(suite, nb, overrides)
-    store = results.ResultStore(suite.results_path, study.name, suite.run_id)
+    store = ResultStore(suite.results_path, study.name, suite.run_id)
     for cell in study.cells():
         prof = next(a for a in study.arms if a.name == cell.arm.name).resolved
         spec = prof.speculative
@@ -268,7 +269,7 @@ def store_cells(suite_path: Path, nb: str, tok_s, overrides=None) -> None:
             "num_speculative_tokens": spec.num_speculative_tokens if spec else None,
             "workload": cell.workload.name, "n_prompts": cell.workload.n,
             "concurrency": cell.concurrency, "temperature": cell.sampling.temperature,
-            "repeat": cell.repeat, "seed": cell.seed, "ended_at": results.now(),
+            "repeat": cell.repeat, "seed": cell.seed, "ended_at": now(),
             "agg_tok_s": tok_s(cell), "acceptance_length": 2.0 if spec else None},
             [{"request_idx": 0, "prompt_id": "p0", "text": "t"}])
 

@@ -1,4 +1,4 @@
-"""results.py: append-only attempts, resume, the loader's choice of attempt, schema, manifest."""
+"""The results store (specrepro.store): append-only attempts, resume, the loader's choice of attempt, schema, manifest."""
 
 from __future__ import annotations
 
@@ -8,9 +8,19 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from specrepro import compaction, results
 from specrepro.identity import digest
-from specrepro.results import CELL_SCHEMA, REQUEST_SCHEMA, ResultsError, ResultStore
+from specrepro.store import (
+    CELL_SCHEMA,
+    REQUEST_SCHEMA,
+    ResultsError,
+    ResultStore,
+    compaction,
+    load_attempts,
+    load_cells,
+    load_requests,
+    now,
+)
+from specrepro.store import files as store_files
 
 
 def cid(n: int) -> str:
@@ -81,13 +91,13 @@ def test_loader_takes_latest_ok_attempt_and_keeps_failed(store: ResultStore):
     store.append_cell({"cell_id": c, "status": "ok", "agg_tok_s": 2.0}, requests_for(2, "two"))
     store.append_cell({"cell_id": c, "status": "failed", "agg_tok_s": 3.0}, requests_for(1, "3"))
     store.append_cell({"cell_id": cid(2), "status": "failed"})
-    cells = results.load_cells(store.root)
+    cells = load_cells(store.root)
     assert cells.height == 1
     assert cells.row(0, named=True)["attempt"] == 2
     assert cells.row(0, named=True)["agg_tok_s"] == 2.0
-    reqs = results.load_requests(store.root)
+    reqs = load_requests(store.root)
     assert reqs["text"].to_list() == ["two", "two"] and set(reqs["attempt"]) == {2}
-    attempts = results.load_attempts(store.root.parent.parent)  # from the results dir too
+    attempts = load_attempts(store.root.parent.parent)  # from the results dir too
     assert sorted(attempts["status"].to_list()) == ["failed", "failed", "ok", "ok"]
 
 
@@ -168,8 +178,8 @@ def files(store: ResultStore, table: str) -> list[str]:
 
 def snapshot(root: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Everything the loaders give, in a stable order."""
-    return (results.load_attempts(root).sort("cell_id", "attempt"), results.load_cells(root),
-            results.load_requests(root))
+    return (load_attempts(root).sort("cell_id", "attempt"), load_cells(root),
+            load_requests(root))
 
 
 def same(a: tuple, b: tuple) -> bool:
@@ -207,7 +217,7 @@ def test_session_end_merges_its_parts_into_one_file_per_table(store: ResultStore
     assert len(files(second, "cells")) == 2  # one file per session
     cells = second.load_cells()
     assert cells.filter(pl.col("cell_id") == cid(1))["attempt"].to_list() == [3]
-    assert results.load_attempts(second.root).height == 5
+    assert load_attempts(second.root).height == 5
 
 
 def test_a_killed_session_keeps_its_parts_loads_and_compacts(store: ResultStore):
@@ -239,7 +249,7 @@ def test_a_killed_session_keeps_its_parts_loads_and_compacts(store: ResultStore)
     # a session after the fold: its own file, folded in by the next compact; attempts go on
     third = ResultStore(later.root.parents[1], later.study, later.run_id)
     third.begin_session()
-    highest = results.load_attempts(third.root).filter(pl.col("cell_id") == cid(4))["attempt"]
+    highest = load_attempts(third.root).filter(pl.col("cell_id") == cid(4))["attempt"]
     assert third.next_attempt(cid(4)) == highest.max() + 1  # read from the folded file
     third.append_cell({"cell_id": cid(4), "status": "ok"}, requests_for(1, "newer"))
     third.end_session()
@@ -257,7 +267,7 @@ def test_leftover_parts_beside_their_merged_file_count_once(store: ResultStore):
         path.write_bytes(blob)
     (store.cells_dir / f".session-{store.session_id}.parquet.x.tmp").write_bytes(b"half")
     assert same(snapshot(store.root), before)
-    assert results.load_requests(store.root).height == 5  # no request twice
+    assert load_requests(store.root).height == 5  # no request twice
     assert compaction.compact_store(store) == {"requests": 4, "cells": 4, "upgraded": 0, "folded": 2,
                                "logs_packed": 0}
     assert files(store, "cells") == ["session-all.parquet"]  # temp file gone
@@ -267,8 +277,8 @@ def test_leftover_parts_beside_their_merged_file_count_once(store: ResultStore):
 def test_a_merge_that_would_lose_rows_keeps_the_parts(store: ResultStore, monkeypatch):
     fill(store)
     before = snapshot(store.root)
-    real = results._read
-    monkeypatch.setattr(results, "_read", lambda fs, table: real(fs, table).head(1))
+    real = store_files.read_rows
+    monkeypatch.setattr(store_files, "read_rows", lambda fs, table: real(fs, table).head(1))
     store.end_session()  # the merged file lacks rows: no part is deleted, the session says so
     assert "rows of" in store.manifest()["sessions"][0]["merge_error"]
     monkeypatch.undo()
@@ -285,7 +295,7 @@ def test_an_old_store_of_attempt_parts_loads_and_compacts_by_session(tmp_path: P
     old.begin_session()
     session = old.session_id
     old.session_id = None  # parts as stores wrote them before sessions merged: no session id
-    old.append_cell({"cell_id": cid(1), "status": "ok", "started_at": results.now()},
+    old.append_cell({"cell_id": cid(1), "status": "ok", "started_at": now()},
                     requests_for(2))
     old.append_cell({"cell_id": cid(2), "status": "ok", "started_at": "2020-01-01T00:00:00"},
                     requests_for(1))  # before any session of the manifest
@@ -295,7 +305,7 @@ def test_an_old_store_of_attempt_parts_loads_and_compacts_by_session(tmp_path: P
     compaction.compact(tmp_path)
     assert files(old, "cells") == ["session-all.parquet"]  # by session, then folded
     # each row names the session it went to: the one running when it started, or none
-    by = dict(results.load_attempts(tmp_path).select("cell_id", "session_id").rows())
+    by = dict(load_attempts(tmp_path).select("cell_id", "session_id").rows())
     assert by == {cid(1): session, cid(2): None}
     # and nothing else changed: the same rows, the session named where it was found
     after = snapshot(tmp_path)
@@ -314,7 +324,7 @@ def test_compact_command(store: ResultStore, capsys):
     assert "no such directory" in capsys.readouterr().err
     from specrepro.cli import SUBCOMMANDS
 
-    assert SUBCOMMANDS["compact"][0] == "specrepro.compaction"
+    assert SUBCOMMANDS["compact"][0] == "specrepro.store.compaction"
 
 
 def test_a_legacy_requests_file_reads_as_chunks_and_compact_rewrites_it(tmp_path):

@@ -24,7 +24,7 @@ from specrepro.harness.run_command import main, resolve
 from specrepro.harness.runner import IGNORE_EOS_WARNING, run_study
 from specrepro.identity import local_model_fingerprint
 from specrepro.params import ParamsError
-from specrepro.results import ResultStore, load_attempts
+from specrepro.store import ResultStore, load_attempts
 
 REPO = Path(__file__).resolve().parents[1]
 

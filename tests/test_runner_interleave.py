@@ -14,7 +14,7 @@ from specrepro import identity
 from specrepro.harness import runner
 from specrepro.harness.run_command import resolve
 from specrepro.harness.runner import run_study
-from specrepro.results import ResultStore, load_attempts
+from specrepro.store import ResultStore, load_attempts
 
 ARMS = ["a", "b", "c"]
 

@@ -23,7 +23,7 @@ from specrepro.harness.engine_handle import EngineHandle
 from specrepro.harness.run_command import main, resolve
 from specrepro.harness.runner import Deadline, run_study
 from specrepro.params import ParamsError, load_suite, resolve_study
-from specrepro.results import ResultStore, load_cells
+from specrepro.store import ResultStore, load_cells
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -203,14 +203,14 @@ def test_a_reader_meets_a_part_another_session_merges_away_and_reads_again(tmp_p
                                                                              monkeypatch):
     """A part listed, then merged into its session file and deleted by its own session
     before it is read: the read is taken again and finds the rows in the merged file."""
-    from specrepro import results
+    from specrepro.store import load_attempts, loaders, now
 
     store = ResultStore(tmp_path, "st", "r")
     store.begin_session({})
     row = {"cell_id": "0123456789abcdef", "status": "ok", "arm": "a", "workload": "w",
-           "concurrency": 1, "repeat": 0, "ended_at": results.now()}
+           "concurrency": 1, "repeat": 0, "ended_at": now()}
     store.append_cell(row, [{"request_idx": 0, "prompt_id": "p"}])
-    real, merged = results._files, []
+    real, merged = loaders.table_files, []
 
     def files(root, table):  # list the parts, then merge them away before they are read
         found = real(root, table)
@@ -218,8 +218,8 @@ def test_a_reader_meets_a_part_another_session_merges_away_and_reads_again(tmp_p
             merged.append(store.merge_session())
         return found
 
-    monkeypatch.setattr(results, "_files", files)
-    assert results.load_attempts(store.root)["cell_id"].to_list() == ["0123456789abcdef"]
+    monkeypatch.setattr(loaders, "table_files", files)
+    assert load_attempts(store.root)["cell_id"].to_list() == ["0123456789abcdef"]
     assert merged == [{"requests": 1, "cells": 1}]
 
 
@@ -227,7 +227,7 @@ def test_repeated_session_params_are_stored_once_and_read_whole(tmp_path):
     """Arms side by side make one session each with the same resolved study: the manifest
     keeps it once; reading gives every session its params; old manifests are compacted
     losslessly."""
-    from specrepro import compaction
+    from specrepro.store import compaction
 
     params = {"arms": [{"name": "a", "profile": {"flags": {"x": 1}}}], "n": 32}
     store = ResultStore(tmp_path, "st", "r")

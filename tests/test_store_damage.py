@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from specrepro import compaction, results
 from specrepro.identity import digest
-from specrepro.results import ALL_SESSIONS, ResultStore
-from specrepro.store_integrity import damage
+from specrepro.store import ResultStore, compaction, load_cells, load_requests
+from specrepro.store.files import ALL_SESSIONS
+from specrepro.store.integrity import damage
 
 STUDY, RUN = "01_drafter_block_sweep", "r1"
 REPO = Path(__file__).resolve().parents[1]
@@ -105,12 +105,12 @@ def test_damaged_cells_file_through_the_loaders(store, hurt, capsys):
     f = store.cells_dir / ALL_SESSIONS
     what = hurt(f)
     damaged = f.read_bytes()
-    cells = results.load_cells(store.root.parents[1])  # what the notebooks read
+    cells = load_cells(store.root.parents[1])  # what the notebooks read
     assert sorted(cells["cell_id"]) == sorted([cid(3), cid(4)])  # the later session's
     check_set_aside(store, "cells", what, damaged, capsys.readouterr().err)
-    assert results.load_requests(store.root)["cell_id"].n_unique() == 2
+    assert load_requests(store.root)["cell_id"].n_unique() == 2
     # read again: nothing more to say, the same rows
-    assert results.load_cells(store.root).equals(cells)
+    assert load_cells(store.root).equals(cells)
     assert "damaged" not in capsys.readouterr().err
 
 
@@ -119,10 +119,10 @@ def test_damaged_requests_file_through_the_loaders(store, hurt, capsys):
     f = store.requests_dir / ALL_SESSIONS
     what = hurt(f)
     damaged = f.read_bytes()
-    reqs = results.load_requests(store.root)
+    reqs = load_requests(store.root)
     assert set(reqs["cell_id"]) == {cid(3), cid(4)} and reqs.height == 3 + 4
     check_set_aside(store, "requests", what, damaged, capsys.readouterr().err)
-    assert results.load_cells(store.root).height == 4  # the cells table is whole
+    assert load_cells(store.root).height == 4  # the cells table is whole
 
 
 @pytest.mark.parametrize("table", ["cells", "requests"])
@@ -142,7 +142,7 @@ def test_compact_verifies_and_reports_what_it_set_aside(store, table, hurt, caps
     for t in ("cells", "requests"):
         assert [p.name for p in (store.root / t).iterdir()] == [ALL_SESSIONS]
     kept = {cid(3), cid(4)} | ({cid(1), cid(2)} if table == "requests" else set())
-    assert set(results.load_cells(store.root)["cell_id"]) == kept
+    assert set(load_cells(store.root)["cell_id"]) == kept
     assert compaction.main([str(store.root)]) == 0  # nothing more to set aside
     assert "damaged" not in capsys.readouterr().err
 
@@ -158,7 +158,7 @@ def test_a_damaged_part_is_set_aside_and_the_session_still_merges(tmp_path, caps
     assert "merge_error" not in manifest(store)["sessions"][0]
     assert list(store.cells_dir.iterdir()) == [store.cells_dir /
                                                f"session-{store.session_id}.parquet"]
-    assert set(results.load_cells(store.root)["cell_id"]) == {cid(2)}
+    assert set(load_cells(store.root)["cell_id"]) == {cid(2)}
     check_set_aside(store, "cells", "empty", b"", capsys.readouterr().err, part.name)
 
 
@@ -173,11 +173,11 @@ def test_a_run_resumes_past_a_damaged_file(store, capsys):
 
 def test_quarantine_never_overwrites_an_earlier_file_of_the_same_name(store, capsys):
     emptied(store.cells_dir / ALL_SESSIONS)
-    results.load_cells(store.root)
+    load_cells(store.root)
     compaction.compact(store.root)  # the later session's cells: a new session-all.parquet
     truncated(store.cells_dir / ALL_SESSIONS)
     second = (store.cells_dir / ALL_SESSIONS).read_bytes()
-    assert results.load_cells(store.root).height == 0
+    assert load_cells(store.root).height == 0
     q = store.root / "quarantine"
     assert sorted(p.name for p in q.iterdir()) == [
         "cells--session-all.2.parquet", "cells--session-all.parquet"]
@@ -194,7 +194,7 @@ def test_what_is_not_damage(store, tmp_path):
     df = pl.read_parquet(f)
     df.with_columns(pl.lit(1).alias("a_later_column")).drop("engine_busy_share").write_parquet(f)
     assert damage(f, "cells") is None
-    assert results.load_cells(store.root).height == 4
+    assert load_cells(store.root).height == 4
 
 
 def test_every_committed_store_file_passes():

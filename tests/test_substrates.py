@@ -15,7 +15,7 @@ from specrepro.analysis import rules, show, substrates
 from specrepro.analysis.substrates import NOT_MEASURED, SUITES, SuiteRef, compare
 from specrepro.analysis.verdicts import CheckResult, verdict
 from specrepro.params import ParamsError
-from specrepro.results import load_cells
+from specrepro.store import load_cells
 
 ENGINES, EMBEDDED_H200, CPU = SUITES
 # the committed H200 stores are keyed by the exported folders' fingerprints

@@ -12,10 +12,11 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from specrepro import metrics, pipeline, results, workloads
+from specrepro import metrics, pipeline, workloads
 from specrepro.analysis import tables, text_quality, verdicts
 from specrepro.analysis.finding import Finding
 from specrepro.embedded.training import corpus
+from specrepro.store import CELL_SCHEMA, REQUEST_SCHEMA, empty, frame
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOP = ("the press of the presses of the presses of the presses of the presses of the "
@@ -50,21 +51,21 @@ def test_the_cell_row_counts_the_requests_cut_at_max_tokens():
                           version="0")
     row = cell_row(study, cell, eng, LoadResult(records, 1.0), power.PowerReport(), [])
     assert row["length_share"] == pytest.approx(3 / 4)
-    assert set(row) <= set(results.CELL_SCHEMA)
+    assert set(row) <= set(CELL_SCHEMA)
     assert metrics.length_share([None, None]) is None  # nothing known: not a made-up zero
 
 
 def test_a_stored_cell_without_it_reads_it_from_its_requests():
-    cells = results.frame([{"cell_id": "c0", "attempt": 2, "status": "ok"},
+    cells = frame([{"cell_id": "c0", "attempt": 2, "status": "ok"},
                            {"cell_id": "c1", "attempt": 1, "status": "ok",
-                            "length_share": 0.25}], results.CELL_SCHEMA)
-    reqs = results.frame(
+                            "length_share": 0.25}], CELL_SCHEMA)
+    reqs = frame(
         [{"cell_id": "c0", "attempt": 2, "request_idx": i, "finish_reason": f}
          for i, f in enumerate(["length", "length", "stop", "length"])]
         + [{"cell_id": "c0", "attempt": 2, "request_idx": 4, "error": "timeout"},
            {"cell_id": "c0", "attempt": 1, "request_idx": 0, "finish_reason": "stop"},
            {"cell_id": "c1", "attempt": 1, "request_idx": 0, "finish_reason": "length"}],
-        results.REQUEST_SCHEMA)
+        REQUEST_SCHEMA)
     got = text_quality.with_length_share(cells, reqs)
     # c0 from its own attempt's answered requests; c1 keeps what its row stored
     assert got["length_share"].to_list() == [pytest.approx(0.75), 0.25]
@@ -100,7 +101,7 @@ def test_a_loop_is_flagged_and_wikitext_prose_is_not(tokenizer):
 def cells_of(rows: list[dict]) -> pl.DataFrame:
     full = [{"cell_id": f"c{i}", "attempt": 1, "status": "ok", "workload": "essays",
              "concurrency": 1, "temperature": 0.0, **r} for i, r in enumerate(rows)]
-    return results.frame(full, results.CELL_SCHEMA).with_columns(pl.col("arm").alias("label"))
+    return frame(full, CELL_SCHEMA).with_columns(pl.col("arm").alias("label"))
 
 
 LOOPING = [{"arm": "loops", "repeat": i, "acceptance_length": 4.0, "agg_tok_s": 50.0,
@@ -140,8 +141,8 @@ def finding(rows: list[dict]) -> Finding:
              "workload": "humaneval", "concurrency": 1, "temperature": 0.0, **r}
             for i, r in enumerate(rows)]
     return Finding("01_drafter_block_sweep", study, suite, Path("/nonexistent"),
-                   results.frame(full, results.CELL_SCHEMA),
-                   results.empty(results.REQUEST_SCHEMA), False, {})
+                   frame(full, CELL_SCHEMA),
+                   empty(REQUEST_SCHEMA), False, {})
 
 
 def sweep(share: float | None) -> list[dict]:
@@ -188,7 +189,7 @@ def test_prose_prompts_come_from_held_out_articles_only_and_say_what_they_stand_
 
 
 def test_prose_is_completion_form_and_the_essays_stay_optional():
-    from specrepro.params.schema import Workload
+    from specrepro.params import Workload
 
     with pytest.raises(workloads.WorkloadError, match="completion"):
         workloads.build_workload({"name": "prose", "n": 2})

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from specrepro import pipeline, results
+from specrepro import pipeline
 from specrepro.analysis import claims as claims_mod
 from specrepro.analysis import summary, verdicts
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.rules import OUTCOMES, SYMBOLS, RuleError, parse_checks
+from specrepro.store import CELL_SCHEMA, REQUEST_SCHEMA, empty, frame
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "params" / "default.yaml"
@@ -22,9 +23,9 @@ RTX = ROOT / "params" / "rtx-pro-6000.yaml"
 def finding(nb: str, rows: list[dict], params: Path = DEFAULT, manifest=None) -> Finding:
     suite, study = pipeline.study_for(params, nb)
     full = [{"cell_id": f"c{i}", "attempt": 1, "status": "ok", **r} for i, r in enumerate(rows)]
-    cells = results.frame(full, results.CELL_SCHEMA)
+    cells = frame(full, CELL_SCHEMA)
     return Finding(nb, study, suite, Path("/nonexistent"), cells,
-                   results.empty(results.REQUEST_SCHEMA), False, manifest or {})
+                   empty(REQUEST_SCHEMA), False, manifest or {})
 
 
 def runs(arm: str, metric: str, values, **level) -> list[dict]:

@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("specrepro.harness.probe_command", "ask a study's probes: does a profile's engine start and serve?"),
     "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
     "check": ("specrepro.params.cli", "validate a params file (suite, study or profile)"),
-    "compact": ("specrepro.compaction", "make a results store ready to commit: merge, fold, gzip logs"),
+    "compact": ("specrepro.store.compaction", "make a results store ready to commit: merge, fold, gzip logs"),
     "export-drafters": ("specrepro.embedded.export", "write the drafters in the layouts vLLM and SGLang load"),
     "export-nvfp4": ("specrepro.embedded.export_nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),
     "export-standin": ("specrepro.embedded.export_standin", "write the target and drafters inflated to a 27B-class byte budget"),

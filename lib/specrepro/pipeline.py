@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from specrepro import results
 from specrepro.analysis import probes
 from specrepro.analysis.finding import (
     MODES,
@@ -38,6 +37,7 @@ from specrepro.analysis.finding import (
     stored_cells,
 )
 from specrepro.params import ResolvedStudy, Suite, load_suite, resolve_study
+from specrepro.store import ResultStore
 
 
 def study_for(params_file: str | Path, notebook_id: str, overrides: dict | None = None
@@ -55,7 +55,7 @@ def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool):
     RunSummary (its errors say why cells failed)."""
     from specrepro.harness.runner import run_study  # the harness is needed only to measure
 
-    store = results.ResultStore(results_dir, study.name, run_id)
+    store = ResultStore(results_dir, study.name, run_id)
     # The load generator calls asyncio.run(), which refuses to start inside a running event
     # loop, and a Jupyter kernel has one: measure in a worker thread, which has none.
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -116,7 +116,7 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
         suite_file = _shown(suite.path)
         why_not = why_not or cannot_measure_here(study)
         # a store whose files were damaged was measured: say where they went instead
-        gone = [e["file"] for e in results.ResultStore(base, study.name, suite.run_id)
+        gone = [e["file"] for e in ResultStore(base, study.name, suite.run_id)
                 .manifest().get("quarantined", [])]
         raise FindingError(
             f"{notebook_id}: no stored results for study {study.name!r} of suite "
@@ -136,7 +136,7 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
 def probe_answers(study: ResolvedStudy, base: Path, run_id: str, suite_file: str) -> str:
     """The study's probes and their stored answers, for a study with no cells to show
     (e.g. an arm moved to another engine once a probe said this one does not start)."""
-    store = results.ResultStore(base, study.name, run_id)
+    store = ResultStore(base, study.name, run_id)
     if not study.probes or not store.manifest_path.is_file():
         return ""
     rows = probes.answers(study, store.manifest(), suite_file).iter_rows(named=True)

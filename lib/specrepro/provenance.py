@@ -6,7 +6,7 @@ Design:
   driver), from the running process alone; none raises: what cannot be read comes back as
   None or a note saying why, so a session on a machine without git or NVML is still
   recorded.
-- `results.ResultStore.begin_session` stores them; the reports' summary reads them back.
+- `store.ResultStore.begin_session` stores them; the reports' summary reads them back.
 """
 
 from __future__ import annotations

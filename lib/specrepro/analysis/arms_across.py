@@ -30,9 +30,10 @@ from pathlib import Path
 import nbformat
 import polars as pl
 
-from specrepro import identity, results
+from specrepro import identity
 from specrepro.analysis.finding import CELL_KEY, FindingError, project_root, stored_cells
 from specrepro.params import Cell, ParamsError, ResolvedStudy, load_suite, resolve_study
+from specrepro.store import ResultStore
 
 # The metrics compared across notebooks: throughput varies with the machine's load from one
 # notebook to the next; tokens per step should not (at T=0 it is the same computation), so a
@@ -90,7 +91,7 @@ def notebook_cells(executed: Path) -> NotebookCells:
         raise ArmsError(f"{executed}: its params file {params_file} does not resolve "
                         f"{notebook_id} now: {err}") from err
     base = _resolve(root, params.get("results_dir")) or suite.results_path
-    store_root = results.ResultStore(base, study.name, suite.run_id).root
+    store_root = ResultStore(base, study.name, suite.run_id).root
     if not store_root.is_dir():
         raise ArmsError(f"{executed}: no results store at {store_root}")
     return NotebookCells(notebook_id, study, stored_cells(store_root, study))

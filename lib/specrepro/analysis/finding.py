@@ -33,9 +33,10 @@ from typing import Literal
 
 import polars as pl
 
-from specrepro import identity, provenance, results
+from specrepro import identity, provenance
 from specrepro.analysis.text_quality import with_length_share
 from specrepro.params import ResolvedStudy, Suite
+from specrepro.store import CELL_SCHEMA, ResultStore, empty, load_cells, load_requests
 
 # A notebook's `mode` parameter: the notebook runner checks it before executing, and
 # specrepro.pipeline.load_finding acts on it (defined here, below both).
@@ -150,10 +151,10 @@ def from_store(notebook_id: str, study: ResolvedStudy, suite: Suite, store_root:
     label, their requests, the store's manifest, and how many declared cells are missing."""
     labels = {a.name: a.label or a.name for a in study.arms}
     cells = stored.with_columns(pl.col("arm").replace_strict(labels, default=None).alias("label"))
-    reqs = results.load_requests(store_root, cells)
+    reqs = load_requests(store_root, cells)
     # stores written before cells kept it: requests cut at the cap, from their finish_reason
     cells = with_length_share(cells, reqs)
-    manifest = results.ResultStore(store_root.parent.parent, study.name,
+    manifest = ResultStore(store_root.parent.parent, study.name,
                                    store_root.name).manifest()
     return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,
                    missing_cells(store_root, study, stored).height, why_not)
@@ -191,15 +192,15 @@ def declared_cells(study: ResolvedStudy) -> pl.DataFrame:
             "n_prompts": cell.workload.n,
             "seed": cell.seed,
         })
-    schema = {c: results.CELL_SCHEMA[c] for c in CELL_MATCH}
+    schema = {c: CELL_SCHEMA[c] for c in CELL_MATCH}
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def stored_cells(store_root: Path, study: ResolvedStudy) -> pl.DataFrame:
     """The store's ok rows that match a declared cell (latest attempt per cell)."""
     declared = declared_cells(study)
-    cells = results.load_cells(store_root) if store_root.is_dir() else results.empty(
-        results.CELL_SCHEMA)
+    cells = load_cells(store_root) if store_root.is_dir() else empty(
+        CELL_SCHEMA)
     # a null matches a null (no speculation has no draft count)
     joined = cells.join(declared.select(CELL_MATCH), on=CELL_MATCH, how="semi", nulls_equal=True)
     joined = joined.filter(pl.Series(same_identity(study, joined), dtype=pl.Boolean))
@@ -247,7 +248,7 @@ def other_identity_text(study: ResolvedStudy, store_root: Path, manifest: dict,
         missing = missing_cells(store_root, study)
     # a cell is missing when no ok row at its level has its identity (`stored_cells`), so
     # every ok row at a missing cell's level is one that same_identity kept out
-    other = results.load_cells(store_root).join(missing.select(CELL_MATCH), on=CELL_MATCH,
+    other = load_cells(store_root).join(missing.select(CELL_MATCH), on=CELL_MATCH,
                                                 how="semi", nulls_equal=True)
     parts = []
     for arm in study.arms:

@@ -4,7 +4,7 @@ matched cell for cell, as four reader tables (issue 16, item 6).
 Design:
 - Input: two or more stores of one study (`<results_dir>/<study>/<run_id>`), each with a
   name for readers ("vLLM 0.26.0", "embedded"). `load_store` reads a store's ok cells and
-  their requests (results.load_cells / load_requests). One store is the reference, the
+  their requests (load_cells / load_requests). One store is the reference, the
   first given or a named one: gaps, ratios and output identity are each other engine's
   against it.
 - Matching: cells are matched across stores by finding.CELL_KEY (arm, workload,
@@ -44,10 +44,11 @@ from pathlib import Path
 
 import polars as pl
 
-from specrepro import metrics, results
+from specrepro import metrics
 from specrepro.analysis import tables
 from specrepro.analysis.finding import CELL_KEY
 from specrepro.analysis.tables import Table
+from specrepro.store import ResultStore, load_cells, load_requests
 
 LEVEL = ["workload", "temperature", "concurrency"]  # a cell's level, without arm and repeat
 GAP_PCT = 5.0  # issue 16: tokens per step within 5 % of the reference engine's
@@ -75,7 +76,7 @@ class Store:
 def _study_arms(path: Path, cells: pl.DataFrame) -> tuple[str, ...]:
     """Arm names in the study's order (latest manifest session that has them), then any
     arm the cells hold beyond it; without a manifest, the cells' order."""
-    store = results.ResultStore(path.parent.parent, path.parent.name, path.name)
+    store = ResultStore(path.parent.parent, path.parent.name, path.name)
     declared: list[str] = []
     for session in reversed(store.manifest().get("sessions", [])):
         arms = (session.get("params") or {}).get("arms")
@@ -104,7 +105,7 @@ def load_store(name: str, path: Path | str, eos: Sequence[int] = ()) -> Store:
     path = Path(path)
     if not path.is_dir():
         raise ParityError(f"{path}: no such directory (expected <results_dir>/<study>/<run_id>)")
-    ok = results.load_cells(path)
+    ok = load_cells(path)
     if not ok.height:
         raise ParityError(f"{path}: holds no ok cells")
     runs = ok.select("study", "run_id").unique().rows()
@@ -113,7 +114,7 @@ def load_store(name: str, path: Path | str, eos: Sequence[int] = ()) -> Store:
                           "give one <results_dir>/<study>/<run_id>")
     cells = (ok.sort("ended_at", nulls_last=False).group_by(CELL_KEY, maintain_order=True)
              .last().sort([*CELL_KEY]))
-    reqs = results.load_requests(path, cells).join(
+    reqs = load_requests(path, cells).join(
         cells.select("cell_id", "attempt", *CELL_KEY), on=["cell_id", "attempt"])
     outputs: dict[tuple, dict[str, list[int] | None]] = {}
     ends, past = frozenset(eos), 0

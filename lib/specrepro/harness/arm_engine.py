@@ -21,7 +21,7 @@ from specrepro.harness import engines, power, process
 from specrepro.harness.engine_handle import EngineHandle
 from specrepro.harness.engines.base import EngineAdapter
 from specrepro.params import ResolvedArm
-from specrepro.results import ResultStore
+from specrepro.store import ResultStore
 
 
 @dataclass

@@ -51,7 +51,7 @@ from specrepro.workloads import Prompt
 if TYPE_CHECKING:  # the store (polars) only where a cell is stored: the acceptance readers
     # run on a GPU machine whose image lacks polars (scripts/bench_standin.py)
     from specrepro.harness.arm_engine import ArmEngine
-    from specrepro.results import ResultStore
+    from specrepro.store import ResultStore
 
 
 # ---------------------------------------------------------------------- acceptance

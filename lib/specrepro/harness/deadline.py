@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specrepro.results import ResultStore, now, settled
+from specrepro.store import ResultStore, now, settled
 
 WATCH_S = 0.25  # the deadline's watchdog re-reads the deadline at least this often
 

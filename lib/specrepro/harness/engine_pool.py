@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specrepro.compaction import append_log, pack_log
 from specrepro.harness import engines
 from specrepro.harness.arm_engine import ArmEngine, start_engine
 from specrepro.harness.process import port_open
 from specrepro.params import ResolvedArm
+from specrepro.store import append_log, pack_log
 
 
 @dataclass

@@ -21,8 +21,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from specrepro import identity, results
-from specrepro.compaction import pack_log
+from specrepro import identity
 from specrepro.harness import lifecycle, process
 from specrepro.harness.arm_engine import log_name, placement_for, start_engine
 from specrepro.harness.engines.base import EngineError
@@ -31,7 +30,7 @@ from specrepro.harness.run_command import refuse_without_gpu, resolve
 from specrepro.harness.runner import load_config
 from specrepro.params import ParamsError, Problem, ResolvedProbe, ResolvedStudy
 from specrepro.probe_answers import latest
-from specrepro.results import ResultStore
+from specrepro.store import ResultStore, now, pack_log
 from specrepro.workloads import build_workload
 
 SERVES, NO_START, NO_SERVE = "serves", "does not start", "starts, does not serve"
@@ -67,7 +66,7 @@ def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Pa
     """Start the probe's engine, send one request, stop it: the answer as stored."""
     record = {"probe": probe.name, "question": probe.question, "profile": probe.resolved.name,
               "profile_hash": identity.profile_hash(probe.resolved),
-              "asked_at": results.now().isoformat(), "error": None}
+              "asked_at": now().isoformat(), "error": None}
     log = store.logs_dir / log_name(probe)
     try:
         eng = start_engine(probe, store.logs_dir, root,

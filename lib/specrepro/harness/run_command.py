@@ -29,7 +29,7 @@ from specrepro.params import (
     resolve_study,
     standalone_suite,
 )
-from specrepro.results import ResultStore
+from specrepro.store import ResultStore
 from specrepro.workloads import check_data
 
 

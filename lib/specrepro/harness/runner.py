@@ -81,7 +81,6 @@ from typing import Any
 from tqdm import tqdm
 
 from specrepro import identity
-from specrepro.compaction import pack_log
 from specrepro.harness import lifecycle, power, process
 from specrepro.harness.arm_engine import (
     ArmEngine,
@@ -118,7 +117,7 @@ from specrepro.params import (
     ResolvedArm,
     ResolvedStudy,
 )
-from specrepro.results import ResultStore, now
+from specrepro.store import ResultStore, now, pack_log
 from specrepro.workloads import Prompt, build_workload
 
 IGNORE_EOS_WARNING = (

@@ -18,8 +18,11 @@ Design:
   is `specrepro.identity.cell_id(study, cell, engine_version)`;
   check_notebook_params(params, papermill_inspect_output); `specrepro check FILE...`.
 - Modules: `tree` (YAML include/merge with provenance), `errors` (Problem, ParamsError),
-  `validation` (pydantic errors located in files), `schema` (the models), `resolve`
-  (loading and resolving), `cli` (`specrepro check`).
+  `validation` (pydantic errors located in files), `strict` (the models' base), `study`
+  (the study models and cells), `window` (a study's steady window), `substrate` (a suite's
+  `substrate:`), `schema` (profiles, suites, resolved studies), `resolve` (loading and
+  resolving), `cli` (`specrepro check`). Import order, no cycle: errors, tree, validation,
+  strict, window, substrate, study, schema, resolve, cli.
 """
 
 from specrepro.params.cli import main, summarize
@@ -34,28 +37,30 @@ from specrepro.params.resolve import (
     standalone_suite,
 )
 from specrepro.params.schema import (
-    GATE_OPS,
     NOTEBOOK_IDS,
-    WORKLOADS,
-    Arm,
-    Cell,
     DrafterRef,
-    Gate,
     Hardware,
     ModelRef,
     NotebookBinding,
     Parallel,
-    Probe,
     Profile,
     ResolvedArm,
     ResolvedProbe,
     ResolvedStudy,
+    SpeculativeConfig,
+    Suite,
+)
+from specrepro.params.strict import Strict
+from specrepro.params.study import (
+    GATE_OPS,
+    WORKLOADS,
+    Arm,
+    Cell,
+    Gate,
+    Probe,
     Sampling,
     Skip,
-    SpeculativeConfig,
-    Strict,
     Study,
-    Suite,
     Workload,
 )
 from specrepro.params.tree import read_tree

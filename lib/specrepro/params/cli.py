@@ -22,7 +22,7 @@ from specrepro.params.resolve import (
     standalone_suite,
 )
 from specrepro.params.schema import NOTEBOOK_IDS
-from specrepro.params.tree import Tree, _display_file, read_tree
+from specrepro.params.tree import Tree, display_file, read_tree
 
 
 def _kind(tree: Tree, path: Path) -> str:
@@ -44,7 +44,7 @@ def summarize(path: Path | str) -> str:
         lines = [
             (
                 f"{path}: suite {suite.name!r}, run_id {suite.run_id!r}, "
-                f"results in {_display_file(suite.results_path)}"
+                f"results in {display_file(suite.results_path)}"
             )
         ]
         for nb in [*suite.notebooks, *suite.studies]:
@@ -74,7 +74,7 @@ def summarize(path: Path | str) -> str:
     raise ParamsError(
         [
             Problem(
-                _display_file(path),
+                display_file(path),
                 "",
                 "expected a suite (notebooks:), a study "
                 "(arms:) or a profile (engine:), found "

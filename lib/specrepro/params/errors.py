@@ -7,9 +7,9 @@ Design:
   optionally what was being done ("while resolving notebook ... of suite ...").
 - `Expect` annotates a field with how to describe its expected value in an error, where
   pydantic's own words would name an internal type.
-- `_one_of` / `_duplicates` phrase the cross-field checks the models run after their
-  types validate (a name among the valid ones, with a close match suggested; a name used
-  twice).
+- `shown` cuts a found value for a message; `one_of` / `duplicates` phrase the cross-field
+  checks the models run after their types validate (a name among the valid ones, with a
+  close match suggested; a name used twice).
 """
 
 from __future__ import annotations
@@ -62,12 +62,14 @@ def dotted(loc: Iterable[str | int]) -> str:
     return out
 
 
-def _found(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A found value as an error message shows it: its repr, cut at 80 characters."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _duplicates(key: str, names: list[str]) -> list[tuple[tuple, str]]:
+def duplicates(key: str, names: list[str]) -> list[tuple[tuple, str]]:
+    """A cross check: each name under `key` used again, as (key path, message)."""
     return [
         ((key, i, "name"), f"expected a unique name, found {n!r} again")
         for i, n in enumerate(names)
@@ -75,7 +77,8 @@ def _duplicates(key: str, names: list[str]) -> list[tuple[tuple, str]]:
     ]
 
 
-def _one_of(what: str, valid: list, found: Any) -> str:
+def one_of(what: str, valid: list, found: Any) -> str:
+    """'expected <what> among <valid>, found <found>', the closest valid one suggested."""
     close = difflib.get_close_matches(str(found), [str(v) for v in valid], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"expected {what} among {valid}, found {found!r}{hint}"

@@ -23,43 +23,44 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from specrepro.params.errors import ParamsError, Problem, _one_of
-from specrepro.params.schema import NOTEBOOK_IDS, Arm, Profile, ResolvedStudy, Study, Suite
-from specrepro.params.tree import Provenance, Tree, _display_file, _lookup, deep_merge, read_tree
-from specrepro.params.validation import _located, _validate
+from specrepro.params.errors import ParamsError, Problem, one_of
+from specrepro.params.schema import NOTEBOOK_IDS, Profile, ResolvedStudy, Suite
+from specrepro.params.study import Arm, Study
+from specrepro.params.tree import Provenance, Tree, deep_merge, display_file, lookup, read_tree
+from specrepro.params.validation import located, validate
 
 
 def load_profile(path: Path | str) -> Profile:
     """Read and validate one profile file; `name` defaults to the file's stem."""
     tree = read_tree(path)
     tree.data.setdefault("name", Path(path).stem)
-    profile = _validate(Profile, tree)
-    profile._source = _display_file(path)
+    profile = validate(Profile, tree)
+    profile._source = display_file(path)
     return profile
 
 
 def load_study(path: Path | str) -> Study:
     """Read and validate one study file (its arms' profiles are not loaded)."""
-    return _validate(Study, read_tree(path))
+    return validate(Study, read_tree(path))
 
 
 def load_suite(path: Path | str) -> Suite:
     """Read and validate a suite file; resolve_study() then gives each notebook's study."""
     path = Path(path)
     tree = read_tree(path)
-    suite = _validate(Suite, tree)
+    suite = validate(Suite, tree)
     suite._path = path.resolve()
     suite._tree = tree
     for nb in [*suite.notebooks, *suite.studies]:
         if not suite.study_path(nb).is_file():
-            file, key = _located(tree, (suite.section(nb), nb, "study"))
+            file, key = located(tree, (suite.section(nb), nb, "study"))
             raise ParamsError(
                 [
                     Problem(
                         file,
                         key,
                         f"expected a study file, found nothing at "
-                        f"{_display_file(suite.study_path(nb))}",
+                        f"{display_file(suite.study_path(nb))}",
                     )
                 ]
             )
@@ -75,10 +76,10 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
     if overrides:
         suite = _with_overrides(suite, notebook_id, overrides)
     if notebook_id not in suite.notebooks and notebook_id not in suite.studies:
-        file, _ = _located(suite._tree, ()) if suite._tree else (str(suite.path), "")
+        file, _ = located(suite._tree, ()) if suite._tree else (str(suite.path), "")
         known = [*suite.notebooks, *suite.studies]
         raise ParamsError(
-            [Problem(file, "notebooks", _one_of("a notebook or study id", known, notebook_id))]
+            [Problem(file, "notebooks", one_of("a notebook or study id", known, notebook_id))]
         )
     binding = suite.binding(notebook_id)
     section = suite.section(notebook_id)
@@ -86,19 +87,19 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
     _suite_window(tree, suite)
     deep_merge(tree, suite._tree, (), (section, notebook_id, "overrides"))
     kind = "notebook" if section == "notebooks" else "study"
-    context = f"resolving {kind} {notebook_id} of suite {_display_file(suite.path)}"
-    study = _validate(Study, tree, context)
+    context = f"resolving {kind} {notebook_id} of suite {display_file(suite.path)}"
+    study = validate(Study, tree, context)
     mapping = {**suite.profile_map, **binding.profiles}
     used = {a.profile for a in [*study.arms, *study.probes]}
     for key in binding.profiles:
         if key not in used:
-            file, where = _located(suite._tree, (section, notebook_id, "profiles", key))
+            file, where = located(suite._tree, (section, notebook_id, "profiles", key))
             raise ParamsError(
                 [
                     Problem(
                         file,
                         where,
-                        _one_of("a profile used by the study's arms", sorted(used), key),
+                        one_of("a profile used by the study's arms", sorted(used), key),
                     )
                 ],
                 context,
@@ -147,19 +148,19 @@ def _resolve_arm(
     path = suite.profiles_path / f"{name}.yaml"
     if not path.is_file():
         available = sorted(p.stem for p in suite.profiles_path.glob("*.yaml"))
-        file, key = _located(study_tree, (part, i, "profile"))
+        file, key = located(study_tree, (part, i, "profile"))
         for where in ((suite.section(notebook_id), notebook_id, "profiles"), ("profile_map",)):
-            if name != arm.profile and arm.profile in (_lookup(suite._tree.data, where) or {}):
-                file, key = _located(suite._tree, (*where, arm.profile))
+            if name != arm.profile and arm.profile in (lookup(suite._tree.data, where) or {}):
+                file, key = located(suite._tree, (*where, arm.profile))
                 break
-        msg = _one_of(f"a profile in {_display_file(suite.profiles_path)}", available, name)
+        msg = one_of(f"a profile in {display_file(suite.profiles_path)}", available, name)
         raise ParamsError([Problem(file, key, msg)], context)
     profile_tree = read_tree(path)
     profile_tree.data.setdefault("name", name)
     deep_merge(profile_tree, study_tree, (), (part, i, "overrides"))
     what = "arm" if part == "arms" else "probe"
-    profile = _validate(Profile, profile_tree, f"{context}, {what} {arm.name!r}")
-    profile._source = _display_file(path)
+    profile = validate(Profile, profile_tree, f"{context}, {what} {arm.name!r}")
+    profile._source = display_file(path)
     return arm.model_dump() | {"resolved": profile}
 
 
@@ -188,7 +189,7 @@ def standalone_suite(study_path: Path | str, notebook_id: str, profiles: Path | 
     }
     suite = Suite.model_validate(data)
     suite._path = study_path
-    suite._tree = Tree(data, Provenance.of_file(_display_file(study_path)))
+    suite._tree = Tree(data, Provenance.of_file(display_file(study_path)))
     return suite
 
 

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from specrepro.params.strict import Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class BusyShare(_Strict):
+class BusyShare(Strict):
     """How busy the device was while an engine decoded, measured outside the cells (a
     profile of one decode window), for stored cells that carry no `busy_share` of their own:
     the share (0-1) and the file in this repository that measured it."""
@@ -29,7 +27,7 @@ class BusyShare(_Strict):
     at: str = ""  # what was measured: arm, streams
 
 
-class Substrate(_Strict):
+class Substrate(Strict):
     """What a suite's numbers are measured on, in the words the report's first screen shows
     (model bytes, bytes read per step against the card's bandwidth), and the busy shares
     measured outside the cells by engine (the host-bound rule: analysis/host_bound.py)."""

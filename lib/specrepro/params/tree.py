@@ -10,7 +10,7 @@ Design:
   so a validation error names the file the user must edit and the key path in it. A
   lookup takes the longest recorded prefix of a path and appends the rest.
 - Files are displayed relative to the working directory where they lie below it
-  (`_display_file`), else as given.
+  (`display_file`), else as given.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
-from specrepro.params.errors import ParamsError, Problem, _found
+from specrepro.params.errors import ParamsError, Problem, shown
 
 
-def _display_file(path: Path | str) -> str:
+def display_file(path: Path | str) -> str:
     path = Path(path)
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
@@ -74,7 +74,7 @@ class Tree:
 def deep_merge(base: Tree, over: Tree, at: tuple = (), src: tuple = ()) -> None:
     """Merge over.data[src] into base.data[at] in place: mappings merge, the rest is replaced."""
     target = _get(base.data, at)
-    source = _lookup(over.data, src)
+    source = lookup(over.data, src)
     if not isinstance(source, dict):  # nothing to merge (e.g. an arm without overrides)
         return
     for key, value in source.items():
@@ -95,7 +95,7 @@ def _get(data: Any, path: tuple) -> Any:
     return data
 
 
-def _lookup(data: Any, path: tuple) -> Any:
+def lookup(data: Any, path: tuple) -> Any:
     """The value at path, or None where the path does not exist."""
     try:
         return _get(data, path)
@@ -106,11 +106,11 @@ def _lookup(data: Any, path: tuple) -> Any:
 def read_tree(path: Path | str, _seen: tuple[Path, ...] = ()) -> Tree:
     """Read one YAML file with its `include:` chain resolved (later wins, own keys last)."""
     path = Path(path)
-    name = _display_file(path)
+    name = display_file(path)
     if not path.is_file():
         raise ParamsError([Problem(name, "", "expected a YAML file, found nothing at this path")])
     if path.resolve() in _seen:
-        chain = " -> ".join(_display_file(p) for p in (*_seen, path))
+        chain = " -> ".join(display_file(p) for p in (*_seen, path))
         raise ParamsError([Problem(name, "include", f"expected no include cycle, found {chain}")])
     try:
         raw = yaml.safe_load(path.read_text()) or {}
@@ -118,13 +118,13 @@ def read_tree(path: Path | str, _seen: tuple[Path, ...] = ()) -> Tree:
         raise ParamsError([Problem(name, "", f"expected valid YAML, found {err}")]) from None
     if not isinstance(raw, dict):
         raise ParamsError(
-            [Problem(name, "", f"expected a mapping at the top, found {_found(raw)}")]
+            [Problem(name, "", f"expected a mapping at the top, found {shown(raw)}")]
         )
     includes = raw.pop("include", [])
     if isinstance(includes, str):
         includes = [includes]
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
-        msg = f"expected a list of relative paths, found {_found(includes)}"
+        msg = f"expected a list of relative paths, found {shown(includes)}"
         raise ParamsError([Problem(name, "include", msg)])
     tree = Tree({}, Provenance.of_file(name))
     for rel in includes:

@@ -1,7 +1,7 @@
 """Pydantic's validation errors, told in the params files' words.
 
 Design:
-- `_validate(model, tree)` validates a merged tree into a model; on failure each pydantic
+- `validate(model, tree)` validates a merged tree into a model; on failure each pydantic
   error becomes a `Problem`: its location is walked through the model's types (`_walk`:
   union tags dropped, the deepest field with an `Expect` marker found, the model that owns
   an unknown key found), then located in the file that set it through the tree's
@@ -21,8 +21,8 @@ from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ValidationError
 
-from specrepro.params.errors import Expect, ParamsError, Problem, _found, dotted
-from specrepro.params.tree import Tree, _lookup
+from specrepro.params.errors import Expect, ParamsError, Problem, dotted, shown
+from specrepro.params.tree import Tree, lookup
 
 
 def _unwrap(tp: Any) -> list[Any]:
@@ -114,8 +114,8 @@ def _problems_from(err: ValidationError, model: type[BaseModel], tree: Tree) -> 
                 ("less than ", "< "),
             ):
                 expected = expected.replace(words, sign)
-            found = clean[-1] if "[key]" in item["loc"] else _lookup(tree.data, path)
-            message = f"expected {expected}, found {_found(found)}"
+            found = clean[-1] if "[key]" in item["loc"] else lookup(tree.data, path)
+            message = f"expected {expected}, found {shown(found)}"
         file, key = tree.prov.locate(path)
         if (dotted(key), message) not in seen:
             seen.add((dotted(key), message))
@@ -123,17 +123,17 @@ def _problems_from(err: ValidationError, model: type[BaseModel], tree: Tree) -> 
     return problems
 
 
-def _validate(model: type[BaseModel], tree: Tree, context: str = "") -> Any:
+def validate(model: type[BaseModel], tree: Tree, context: str = "") -> Any:
     try:
         obj = model.model_validate(tree.data)
     except ValidationError as err:
         raise ParamsError(_problems_from(err, model, tree), context) from None
-    problems = [Problem(*_located(tree, path), message) for path, message in obj.cross_checks()]
+    problems = [Problem(*located(tree, path), message) for path, message in obj.cross_checks()]
     if problems:
         raise ParamsError(problems, context)
     return obj
 
 
-def _located(tree: Tree, path: tuple) -> tuple[str, str]:
+def located(tree: Tree, path: tuple) -> tuple[str, str]:
     file, key = tree.prov.locate(path)
     return file, dotted(key)

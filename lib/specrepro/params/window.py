@@ -31,12 +31,11 @@ Design:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-if TYPE_CHECKING:
-    from specrepro.params.schema import Cell, Study
+from specrepro.params.strict import Strict
 
 INTERLEAVE = ("auto", "restart", "side_by_side")
 Interleave = Literal["auto", "restart", "side_by_side"]
@@ -46,10 +45,8 @@ Interleave = Literal["auto", "restart", "side_by_side"]
 TIMING_FIELDS = ("skip_s", "window_s", "turnovers", "max_window_s", "cap_spread")
 
 
-class Window(BaseModel):
+class Window(Strict):
     """The steady-state counter window of a study's multi-stream speed cells."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
     # Load start to the window's first scrape, at least (the window also waits for every
     # stream's first token). 10 s on a GPU: a new batch size's first steps (CUDA graphs,
@@ -77,30 +74,26 @@ class Window(BaseModel):
         """What of the window defines a windowed cell's measurement."""
         return self.model_dump(mode="json", include=set(TIMING_FIELDS))
 
+    def covers(self, concurrency: int, workload: str, engine: str | None) -> bool:
+        """Whether a cell at this many streams, of this workload, on this engine (None: the
+        arm's profile not resolved yet) is timed in the window (module docstring)."""
+        if concurrency < self.min_concurrency:
+            return False
+        if self.workloads is not None and workload not in self.workloads:
+            return False
+        return engine != "transformers"
 
-def windowed(study: Study, cell: Cell) -> bool:
-    """Whether `cell` of `study` is timed in the study's steady window (module docstring)."""
-    w = study.window
-    if w is None or cell.concurrency < w.min_concurrency:
-        return False
-    if w.workloads is not None and cell.workload.name not in w.workloads:
-        return False
-    resolved = getattr(cell.arm, "resolved", None)  # a ResolvedStudy's arms carry it
-    return resolved is None or resolved.engine != "transformers"
-
-
-def window_checks(study: Study) -> list[tuple[tuple, str]]:
-    """A window's workloads must be the study's; its longest span not below its shortest."""
-    w = study.window
-    if w is None:
-        return []
-    out = []
-    loads = [x.name for x in study.workloads]
-    for i, name in enumerate(w.workloads or []):
-        if name not in loads:
-            out.append((("window", "workloads", i),
-                        f"expected a workload of the study ({', '.join(loads)}), found {name!r}"))
-    if w.max_window_s < w.window_s:
-        out.append((("window", "max_window_s"),
-                    f"expected at least window_s ({w.window_s:g}), found {w.max_window_s:g}"))
-    return out
+    def checks(self, workloads: list[str]) -> list[tuple[tuple, str]]:
+        """Its workloads must be the study's (`workloads`); its longest span not below its
+        shortest. Key paths start at the study (`window`, ...)."""
+        out = []
+        for i, name in enumerate(self.workloads or []):
+            if name not in workloads:
+                out.append((("window", "workloads", i),
+                            (f"expected a workload of the study ({', '.join(workloads)}), "
+                             f"found {name!r}")))
+        if self.max_window_s < self.window_s:
+            out.append((("window", "max_window_s"),
+                        (f"expected at least window_s ({self.window_s:g}), "
+                         f"found {self.max_window_s:g}")))
+        return out

@@ -1,4 +1,4 @@
-"""The results store: append-only Parquet tables of cells and requests, and a manifest.
+"""One run of one study's results store (`ResultStore`): sessions, attempts, merges.
 
 Design (docs/architecture.md "Contract: results"):
 - Layout: `<results_dir>/<study>/<run_id>/` with `cells/` and `requests/`, `manifest.json`
@@ -17,25 +17,26 @@ Design (docs/architecture.md "Contract: results"):
   loaders drop a row whose key they have already read, so a merged file and leftover parts
   of the same session never count twice.
 - Writing: every attempt is a part file, written to a temporary name, fsynced and
-  hard-linked into place (which fails rather than replace an existing file). The requests
-  part is written before the cells part, so a cell row implies its requests. A killed
-  session keeps every part it wrote.
+  hard-linked into place (files.write_part: it fails rather than replace a file). The
+  requests part is written before the cells part, so a cell row implies its requests. A
+  killed session keeps every part it wrote.
 - Merging (`end_session`, and `compact()` / `specrepro compact DIR` for killed sessions and
   old stores): a session's parts, and whatever its merged file already holds, are written
   to a temporary file, fsynced and renamed over `session-<id>.parquet`; only once its keys
   are read back from there are the parts deleted. Parts without a session id go to the
   session of the manifest that was running when the attempt started (`session-unknown`
   where none was). It runs under an exclusive flock on the table folder, so two merges
-  never race; merging again changes nothing.
+  never race; merging again changes nothing (files.merge_parts).
 - Resume: `completed_cell_ids()` are the cells with an `ok` attempt; a re-run skips them.
-  The loader returns, per cell, the latest `ok` attempt; failed attempts stay on disk.
+  The loaders (loaders.py) return, per cell, the latest `ok` attempt; failed attempts stay
+  on disk.
   Attempt numbers continue from the highest on disk, parts and merged files alike.
 - Manifest: begin_session(info) takes what only the caller knows (`params`: the resolved
   study; `engines`: name, version, flags, argv; `models`: ids and revisions) and adds git
   commit and dirty flag, package versions, host, GPU/driver/CUDA (NVML) and the start time;
   update_session() adds engines as they launch, end_session() the end time.
-- Columns: results_schema.py (every file has the same columns and types).
-- Damage: every file is read through store_integrity.read_table_file, which sets a
+- Columns: schema.py (every file has the same columns and types; rows.normalize).
+- Damage: every file is read through integrity.read_table_file, which sets a
   damaged one (empty, truncated, wrong schema) aside in `<store>/quarantine/`, records it
   in the manifest and names it in one line; the loaders read the rest.
 """
@@ -43,11 +44,7 @@ Design (docs/architecture.md "Contract: results"):
 from __future__ import annotations
 
 import datetime as dt
-import json
-import math
-import os
 import re
-import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -57,261 +54,24 @@ import polars as pl
 
 # the manifest stores params objects as the cell ids hash them (pydantic in JSON mode)
 from specrepro.identity import jsonable
-from specrepro.metrics import chunks_from_gaps
 from specrepro.provenance import git_state, gpu_info, host_info, package_versions
-
-# the tables' columns (one home: results_schema.py), re-exported for the store's readers
-from specrepro.results_schema import (
-    ADDED_COLUMNS,
+from specrepro.store.files import KEYS, MERGED, PART, UNKNOWN_SESSION, merge_parts, write_part
+from specrepro.store.integrity import read_table_file
+from specrepro.store.loaders import load_attempts, load_cells, load_requests
+from specrepro.store.rows import ResultsError, frame, normalize
+from specrepro.store.schema import (
     CELL_REQUIRED,
     CELL_SCHEMA,
-    DEFAULTS,
-    LEGACY_ITL,
     REQUEST_REQUIRED,
     REQUEST_SCHEMA,
     STATUSES,
 )
-from specrepro.store_integrity import read_table_file
-
-# settled is re-exported: an archive takes it from here (harness/deadline.py)
-from specrepro.store_sharing import (  # noqa: F401
-    SAME_AS,
-    locked,
-    read_manifest,
-    resolve_params_refs,
-    settled,
-    vanishing_parts_retried,
-)
-from specrepro.store_sharing import write_json as _write_json
-
-# Session ids are `<UTC time>-<6 hex>` (begin_session); `unknown` names the merged file of
-# old parts that no session of the manifest covers.
-_SESSION = r"\d{8}T\d{6}Z-[0-9a-f]{6}"
-_PART = re.compile(
-    rf"^(?P<cell>[0-9a-f]{{16}})-a(?P<attempt>\d+)(?:--(?P<session>{_SESSION}))?\.parquet$")
-UNKNOWN_SESSION = "unknown"
-ALL = "all"  # compact folds every merged session file into session-all.parquet
-_MERGED = re.compile(rf"^session-(?P<session>{_SESSION}|{UNKNOWN_SESSION}|{ALL})\.parquet$")
-ALL_SESSIONS = f"session-{ALL}.parquet"
-# What keys a row: an attempt is written once, so a key read twice is the same row.
-KEYS = {"cells": ["cell_id", "attempt"], "requests": ["cell_id", "attempt", "request_idx"]}
-
-
-class ResultsError(ValueError):
-    """A row or a store is wrong; the message names the column, cell or file."""
+from specrepro.store.sharing import SAME_AS, locked, read_manifest, resolve_params_refs, write_json
 
 
 def now() -> dt.datetime:
+    """The store's clock, timezone-aware UTC: sessions' and attempts' times."""
     return dt.datetime.now(dt.UTC)
-
-
-# --------------------------------------------------------------------- normalising
-
-
-def _coerce(column: str, dtype: pl.DataType, value: Any, where: str) -> Any:
-    """Make a value fit its column's type, or fail naming the column."""
-    if value is None:
-        return None
-    if isinstance(value, float) and math.isnan(value) and dtype != pl.Float64:
-        return None
-    try:
-        if dtype == pl.Int64:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise TypeError
-            return int(value)
-        if dtype == pl.Float64:
-            if isinstance(value, bool):
-                raise TypeError
-            return float(value)
-        if dtype == pl.Boolean:
-            if not isinstance(value, bool):
-                raise TypeError
-            return value
-        if dtype == pl.String:
-            if isinstance(value, (list, dict)):
-                return json.dumps(value, sort_keys=True)
-            return str(value)
-        if isinstance(dtype, pl.Datetime):
-            if isinstance(value, str):
-                value = dt.datetime.fromisoformat(value)
-            if not isinstance(value, dt.datetime):
-                raise TypeError
-            return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-        if isinstance(dtype, pl.List):
-            if not isinstance(value, (list, tuple)):
-                raise TypeError
-            return [_coerce(column, dtype.inner, v, where) for v in value]
-    except (TypeError, ValueError):
-        raise ResultsError(f"{where}: column {column!r}: expected {dtype}, found {value!r}"
-                           ) from None
-    return value
-
-
-def normalize(row: Mapping[str, Any], schema: Mapping[str, pl.DataType],
-              required: Iterable[str], where: str) -> dict[str, Any]:
-    """A row with every schema column, defaults filled in and values coerced."""
-    unknown = [k for k in row if k not in schema]
-    if unknown:
-        raise ResultsError(
-            f"{where}: unknown column(s) {unknown}; expected columns of {', '.join(schema)}")
-    missing = [k for k in required if row.get(k) is None]
-    if missing:
-        raise ResultsError(f"{where}: missing required column(s) {missing}")
-    out = {}
-    for column, dtype in schema.items():
-        value = row.get(column, DEFAULTS.get(column) if schema is CELL_SCHEMA else None)
-        out[column] = _coerce(column, dtype, value, where)
-    return out
-
-
-def frame(rows: list[dict], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=dict(schema), orient="row") if rows else empty(schema)
-
-
-def empty(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    return pl.DataFrame(schema=dict(schema))
-
-
-# ----------------------------------------------------------------------- writing
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file, or a folder's entries (a new name, a removed one), to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-# zstd at 19, not polars' 3: the requests' timing and token ids are most of a committed
-# store, and 19 writes a whole session's requests (144,000 chunk gaps) in 0.16 s at 75 % of
-# level 3's bytes. No column statistics: nothing here filters on them, and for a file of a
-# few cells they are a quarter of its bytes
-PARQUET_ZSTD_LEVEL = 19
-
-
-def _temp_parquet(df: pl.DataFrame, folder: Path, name: str) -> str:
-    """df written and fsynced under a temporary name in folder (the caller renames it)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        df.write_parquet(tmp, compression_level=PARQUET_ZSTD_LEVEL, statistics=False)
-        _fsync(Path(tmp))
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return tmp
-
-
-def write_part(df: pl.DataFrame, path: Path) -> None:
-    """Write a Parquet part atomically, refusing to replace an existing file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_parquet(df, path.parent, path.name)
-    try:
-        os.link(tmp, path)  # atomic, and fails with FileExistsError where rename would replace
-    except FileExistsError:
-        raise ResultsError(f"{path}: part file exists; attempts are never overwritten") from None
-    finally:
-        os.unlink(tmp)
-    _fsync(path.parent)
-
-
-# ----------------------------------------------------------------------- reading
-
-
-def _files(root: Path, table: str) -> list[Path]:
-    """Merged session files and parts of a table, in every run folder at or under root."""
-    return sorted(p for p in Path(root).glob(f"**/{table}/*.parquet")
-                  if _PART.match(p.name) or _MERGED.match(p.name))
-
-
-def _read(files: Iterable[Path], table: str) -> pl.DataFrame:
-    """The rows of these files, each key once (a merged file and leftover parts of the same
-    session hold the same rows), in the schema's column order; a damaged file is set aside
-    (store_integrity) and the others read."""
-    schema = CELL_SCHEMA if table == "cells" else REQUEST_SCHEMA
-    frames = [_session_named(_with_added(df, schema), f).select(list(schema))
-              for f in files if (df := read_table_file(f, table)) is not None]
-    if not frames:
-        return empty(schema)
-    keys = KEYS[table] if table == "requests" else ["study", "run_id", *KEYS[table]]
-    return pl.concat(frames, how="vertical").unique(keys, keep="first", maintain_order=True)
-
-
-def _session_named(df: pl.DataFrame, f: Path) -> pl.DataFrame:
-    """Cells rows written before rows named their session take it from their file's name
-    (`session-<id>.parquet`, `<cell>-a<n>--<id>.parquet`), so folding files keeps it."""
-    if "session_id" not in df.columns or not df["session_id"].is_null().any():
-        return df
-    m = _MERGED.match(f.name) or _PART.match(f.name)
-    session = m["session"] if m else None
-    if session in (None, UNKNOWN_SESSION, ALL):
-        return df
-    return df.with_columns(pl.col("session_id").fill_null(pl.lit(session)))
-
-
-def _with_added(df: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    """A file written before one of ADDED_COLUMNS existed, with that column null; a
-    requests file written before the chunks were kept, with them (`_chunks_of_legacy`)."""
-    if "chunk_gap_us" in schema and "chunk_gap_us" not in df.columns and LEGACY_ITL in df.columns:
-        df = _chunks_of_legacy(df)
-    return df.with_columns(pl.lit(None, schema[c]).alias(c)
-                           for c in ADDED_COLUMNS if c in schema and c not in df.columns)
-
-
-def _chunks_of_legacy(df: pl.DataFrame) -> pl.DataFrame:
-    """A legacy requests file's per-token gaps as the chunks they were split from
-    (metrics.chunks_from_gaps), the gaps dropped: the same timing to the microsecond, at
-    about a third of the bytes (float seconds do not compress)."""
-    pairs = [chunks_from_gaps(t, g or []) for t, g in
-             zip(df["ttft_s"].to_list(), df[LEGACY_ITL].to_list(), strict=True)]
-    return df.drop(LEGACY_ITL).with_columns(
-        pl.Series("chunk_gap_us", [p[0] for p in pairs], pl.List(pl.Int32)),
-        pl.Series("chunk_tokens", [p[1] for p in pairs], pl.List(pl.Int32)))
-
-
-@vanishing_parts_retried
-def load_attempts(path: Path | str) -> pl.DataFrame:
-    """Every attempt (ok, failed, interrupted) under a run directory or any directory above."""
-    return _read(_files(Path(path), "cells"), "cells")
-
-
-def load_cells(path: Path | str) -> pl.DataFrame:
-    """Per cell (within its study and run), the latest attempt whose status is ok."""
-    cells = load_attempts(path).filter(pl.col("status") == "ok")
-    keys = ["study", "run_id", "cell_id"]
-    return (cells.sort("attempt").group_by(keys, maintain_order=True).last()
-            .select(list(CELL_SCHEMA))
-            .sort(["study", "run_id", "arm", "workload", "concurrency", "temperature", "repeat",
-                   "cell_id"],
-                  nulls_last=True))
-
-
-@vanishing_parts_retried
-def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.DataFrame:
-    """The requests of the attempts load_cells() chooses (or of the cells given)."""
-    root = Path(path)
-    chosen = (load_cells(root) if cells is None else cells).select(
-        ["study", "run_id", "cell_id", "attempt"])
-    by_run: dict[Path, list[Path]] = {}
-    for f in _files(root, "requests"):
-        by_run.setdefault(f.parent.parent, []).append(f)
-    frames = []
-    for run_dir, files in by_run.items():
-        study, run_id = run_dir.parent.name, run_dir.name
-        want = chosen.filter((pl.col("study") == study) & (pl.col("run_id") == run_id))
-        if not want.height:
-            continue
-        hit = _read(files, "requests").join(want.select(KEYS["cells"]), on=KEYS["cells"],
-                                            how="semi")
-        if hit.height:
-            frames.append(hit.with_columns(pl.lit(study).alias("study"),
-                                           pl.lit(run_id).alias("run_id")))
-    if not frames:
-        return empty(REQUEST_SCHEMA).with_columns(
-            pl.lit(None, pl.String).alias("study"), pl.lit(None, pl.String).alias("run_id"))
-    return pl.concat(frames, how="vertical").sort(["cell_id", "request_idx"])
 
 
 def _same_params(sessions: list[dict], params: Any) -> str | None:
@@ -378,7 +138,7 @@ class ResultStore:
                 if same is not None:
                     stored["params"] = {SAME_AS: same}
             manifest["sessions"].append(stored)
-            _write_json(manifest, self.manifest_path)
+            write_json(manifest, self.manifest_path)
         return session
 
     def update_session(self, **info: Any) -> dict[str, Any]:
@@ -420,7 +180,7 @@ class ResultStore:
             session = next(s for s in manifest["sessions"]
                            if s["session_id"] == self.session_id)
             change(session)
-            _write_json(manifest, self.manifest_path)
+            write_json(manifest, self.manifest_path)
         return session
 
     # -- attempts -----------------------------------------------------------------
@@ -436,9 +196,9 @@ class ResultStore:
             self._attempts = {}
             for table, folder in (("cells", self.cells_dir), ("requests", self.requests_dir)):
                 for f in folder.glob("*.parquet"):
-                    if m := _PART.match(f.name):
+                    if m := PART.match(f.name):
                         pairs = [(m["cell"], int(m["attempt"]))]
-                    elif _MERGED.match(f.name):
+                    elif MERGED.match(f.name):
                         keys = read_table_file(f, table, KEYS["cells"])
                         pairs = [] if keys is None else keys.unique().rows()
                     else:
@@ -510,7 +270,7 @@ class ResultStore:
         """This session's parts into `session-<id>.parquet` per table; parts merged."""
         if self.session_id is None:
             raise ResultsError(f"{self.root}: no session begun (call begin_session first)")
-        return self._merge({self.session_id})
+        return self.merge({self.session_id})
 
     def dedupe_manifest(self) -> int:
         """Rewrite manifest.json with every session's params that equal an earlier
@@ -533,10 +293,13 @@ class ResultStore:
                     s["params"] = {SAME_AS: same}
                     n += 1
             if n:
-                _write_json(raw, self.manifest_path)
+                write_json(raw, self.manifest_path)
         return n
 
-    def _merge(self, sessions: set[str] | None) -> dict[str, int]:
+    def merge(self, sessions: set[str] | None = None) -> dict[str, int]:
+        """These sessions' parts into their `session-<id>.parquet` per table (None: every
+        part of the run, sessionless ones under the manifest session that was running when
+        their attempt started: compaction). Returns the parts merged per table."""
         done = {}
         for table, folder in (("requests", self.requests_dir), ("cells", self.cells_dir)):
             if folder.is_dir():
@@ -550,7 +313,7 @@ class ResultStore:
         groups: dict[str, list[Path]] = {}
         legacy = []
         for f in sorted(folder.glob("*.parquet")):
-            if not (m := _PART.match(f.name)):
+            if not (m := PART.match(f.name)):
                 continue
             if m["session"] is None:
                 legacy.append(f)
@@ -560,7 +323,7 @@ class ResultStore:
             for f, session in zip(legacy, self._sessions_of(legacy), strict=True):
                 groups.setdefault(session, []).append(f)
         for session, parts in groups.items():
-            _merge_parts(folder / f"session-{session}.parquet", parts, table)
+            merge_parts(folder / f"session-{session}.parquet", parts, table)
         return sum(len(p) for p in groups.values())
 
     def _sessions_of(self, parts: list[Path]) -> list[str]:
@@ -572,33 +335,8 @@ class ResultStore:
                    load_attempts(self.root).select("cell_id", "attempt", "started_at").rows()}
         out = []
         for part in parts:
-            m = _PART.match(part.name)
+            m = PART.match(part.name)
             at = started.get((m["cell"], int(m["attempt"])))
             out.append(next((sid for t, sid in reversed(starts) if at is not None and t <= at),
                             UNKNOWN_SESSION))
         return out
-
-
-def _merge_parts(target: Path, parts: list[Path], table: str) -> None:
-    """parts (and what target already holds) into target, then the parts deleted: temp
-    file, fsync, rename over target, fsync the folder; a part goes only once every key it
-    holds is read back from target. Merging parts already merged changes nothing."""
-    merged = _read(([target] if target.exists() else []) + parts, table).sort(KEYS[table])
-    parts = [p for p in parts if p.exists()]  # reading set the damaged ones aside
-    if not parts:
-        return
-    before = read_table_file(target, table, KEYS[table]) if target.exists() else None
-    if before is None or merged.height > before.height:
-        tmp = _temp_parquet(merged, target.parent, target.name)
-        os.replace(tmp, target)
-        _fsync(target.parent)
-    kept = read_table_file(target, table, KEYS[table])
-    for part in parts:
-        keys = read_table_file(part, table, KEYS[table])  # None: set aside in quarantine/
-        if kept is None or (keys is not None
-                            and keys.join(kept, on=KEYS[table], how="anti").height):
-            raise ResultsError(f"{target}: rows of {part.name} missing after the merge; "
-                               "the part is kept")
-        if keys is not None:
-            part.unlink()
-    _fsync(target.parent)

@@ -1,12 +1,12 @@
 """A results store made ready to commit: `specrepro compact DIR...`.
 
-Design: a store is written append-only while sessions run (results.py); before it is
+Design: a store is written append-only while sessions run (result_store.py); before it is
 committed, compaction rewrites its files into their smallest lossless form, each step
 checked before anything is deleted, and each run again changes nothing:
-- every table file read whole first (store_integrity.verify_files): a damaged one (empty,
+- every table file read whole first (integrity.verify_files): a damaged one (empty,
   truncated, wrong schema) is moved to `<store>/quarantine/`, recorded in the manifest and
   reported, and compaction goes on with the rest (exit status 1: the store lost rows);
-- parts of killed sessions merged into their session's file (ResultStore._merge), and the
+- parts of killed sessions merged into their session's file (ResultStore.merge), and the
   manifest's repeated session params stored once (ResultStore.dedupe_manifest);
 - legacy requests files (per-token gaps in float seconds) rewritten as the chunks they were
   split from, once every request's gaps read back within a microsecond (`upgrade_requests`);
@@ -26,21 +26,21 @@ import sys
 from pathlib import Path
 
 from specrepro.metrics import token_gaps_s
-from specrepro.results import (
-    _MERGED,
+from specrepro.store.files import (
     ALL_SESSIONS,
     KEYS,
-    LEGACY_ITL,
-    ResultsError,
-    ResultStore,
-    _files,
-    _fsync,
-    _merge_parts,
-    _read,
-    _temp_parquet,
+    MERGED,
+    fsync,
+    merge_parts,
+    read_rows,
+    table_files,
+    temp_parquet,
 )
-from specrepro.store_integrity import SetAside, read_table_file, verify_files
-from specrepro.store_sharing import locked
+from specrepro.store.integrity import SetAside, read_table_file, verify_files
+from specrepro.store.result_store import ResultStore
+from specrepro.store.rows import ResultsError
+from specrepro.store.schema import LEGACY_ITL
+from specrepro.store.sharing import locked
 
 
 def pack_log(path: Path | str) -> Path:
@@ -77,10 +77,10 @@ def compact_store(store: ResultStore) -> dict[str, int | list[SetAside]]:
     and plain engine logs gzipped (`pack_log`): run it on a store no session is writing,
     before committing. Returns the parts merged per table, `upgraded` (requests files
     rewritten), `folded` (session files folded), `logs_packed` and, where any file was
-    set aside, `quarantined` (store_integrity.SetAside, one a file)."""
+    set aside, `quarantined` (integrity.SetAside, one a file)."""
     quarantined = [bad for t in KEYS  # main reports them
-                   for bad in verify_files(_files(store.root, t), t, say=False)]
-    done: dict = store._merge(None)
+                   for bad in verify_files(table_files(store.root, t), t, say=False)]
+    done: dict = store.merge()
     store.dedupe_manifest()
     done["upgraded"] = upgrade_requests(store)
     done["folded"] = fold_sessions(store)
@@ -94,7 +94,7 @@ def fold_sessions(store: ResultStore) -> int:
     """Every merged session file of each table into one `session-all.parquet`: a
     Parquet file's footer (some 10 KB for the cells table's 56 columns) is most of a
     file of a few cells, and a committed store is read whole. Under the table's lock,
-    as a merge (`_merge_parts`: a file goes only once its keys are read back). Which
+    as a merge (`merge_parts`: a file goes only once its keys are read back). Which
     session measured a row stays in the row (`session_id`, filled from the file's name
     for rows written before rows named it). Returns the files folded in."""
     n = 0
@@ -103,16 +103,16 @@ def fold_sessions(store: ResultStore) -> int:
             continue
         with locked(folder):
             files = [f for f in sorted(folder.glob("session-*.parquet"))
-                     if f.name != ALL_SESSIONS and _MERGED.match(f.name)]
+                     if f.name != ALL_SESSIONS and MERGED.match(f.name)]
             if files:
-                _merge_parts(folder / ALL_SESSIONS, files, table)
+                merge_parts(folder / ALL_SESSIONS, files, table)
                 n += len(files)
     return n
 
 
 def upgrade_requests(store: ResultStore) -> int:
     """Rewrite each merged requests file that still stores per-token gaps as the chunks
-    they came from (results._chunks_of_legacy), once the gaps read back from the chunks
+    they came from (as files.read_rows reads them), once the gaps read back from the chunks
     (metrics.token_gaps_s) match the stored ones to the microsecond, row by row; at the
     first file that does not, compaction stops with an error naming it and the request,
     and that file is kept as it is. Returns the files rewritten."""
@@ -124,7 +124,7 @@ def upgrade_requests(store: ResultStore) -> int:
             old = read_table_file(f, "requests")
             if old is None or LEGACY_ITL not in old.columns:
                 continue
-            new = _read([f], "requests")
+            new = read_rows([f], "requests")
             for key, gaps, (at, m) in zip(
                     old.select(KEYS["requests"]).rows(), old[LEGACY_ITL].to_list(),
                     new.select("chunk_gap_us", "chunk_tokens").rows(), strict=True):
@@ -134,8 +134,8 @@ def upgrade_requests(store: ResultStore) -> int:
                                                  a, b, m_i in zip(back, gaps, _per_token(m))):
                     raise ResultsError(f"{f}: request {key}: the chunks do not give back "
                                        "its stored gaps to the microsecond; file kept")
-            os.replace(_temp_parquet(new.sort(KEYS["requests"]), f.parent, f.name), f)
-            _fsync(f.parent)
+            os.replace(temp_parquet(new.sort(KEYS["requests"]), f.parent, f.name), f)
+            fsync(f.parent)
             n += 1
     return n
 
@@ -150,7 +150,7 @@ def compact(path: Path | str) -> dict[Path, dict[str, int]]:
     """`compact_store` on every run folder at or under path (a results dir, a study, a
     run). Returns {run folder: what compact_store returned for it}."""
     root = Path(path)
-    runs = sorted({f.parent.parent for t in KEYS for f in _files(root, t)}
+    runs = sorted({f.parent.parent for t in KEYS for f in table_files(root, t)}
                   | {m.parent for m in root.glob("**/manifest.json")})
     return {run: compact_store(ResultStore(run.parent.parent, run.parent.name, run.name))
             for run in runs}

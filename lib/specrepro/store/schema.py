@@ -1,7 +1,7 @@
 """The results tables' columns: the cells and requests schemas, the columns added since
 stores were first written, and what a row must give.
 
-Design: one home for what a results file holds (results.py reads, writes and merges them;
+Design: one home for what a results file holds (files.py reads, writes and merges them;
 the analysis and the gates name columns from here). Every file has the same columns and
 types: a row that leaves a column out gets its default (null; `DEFAULTS`), a row with a
 column the schema lacks fails, and a file written before a column in `ADDED_COLUMNS`
@@ -66,7 +66,7 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
 
 # Columns added after stores were written: a file without one reads it as null.
 ADDED_COLUMNS = {"itl_request_mean_ms",  # issue 16: the peers' inter-token latency
-                 "session_id",  # 2026-12-02: files named it before rows did (_session_named)
+                 "session_id",  # 2026-12-02: files named it before rows did (files.read_rows)
                  # 2026-12-02: the engines' own latency histograms (harness/engine_latency)
                  "engine_queue_ms", "engine_prefill_ms", "engine_decode_ms", "engine_ttft_ms",
                  "engine_itl_ms", "engine_e2e_ms", "engine_busy_share",
@@ -77,7 +77,7 @@ ADDED_COLUMNS = {"itl_request_mean_ms",  # issue 16: the peers' inter-token late
 ADDED_COLUMNS |= {"length_share"}
 
 # The column requests files stored before 2026-12-02 in place of chunk_gap_us and
-# chunk_tokens: per-token gaps, float seconds (results._chunks_of_legacy reads it).
+# chunk_tokens: per-token gaps, float seconds (files.read_rows reads them as chunks).
 LEGACY_ITL = "itl_s"
 
 # Columns a row must give; every other column defaults to null ([] for warnings).

@@ -1,8 +1,8 @@
 """Reading a results store's Parquet files, each one verified; a damaged one is set aside.
 
-Design (results.py owns the store; this module owns what "a readable file" means):
+Design (result_store.py owns the store; this module owns what "a readable file" means):
 - One reader, `read_table_file`, behind every read of a `cells/` or `requests/` file
-  (results._read, the store's attempt scan, merges, compaction): before the rows are
+  (files.read_rows, the store's attempt scan, merges, compaction): before the rows are
   read, the file is checked (`damage`): empty, truncated or not Parquet (its first and
   last four bytes are `PAR1`), or the wrong schema (a column of the table missing that is
   not one of `ADDED_COLUMNS`, or a column of another type; columns the table does not
@@ -15,7 +15,7 @@ Design (results.py owns the store; this module owns what "a readable file" means
   which command), and named in one line on stderr; the reader goes on without it, so the
   rest of the store stays readable. The quarantine folder's files do not match the
   tables' `**/cells/*.parquet` pattern, so no loader reads them again.
-- A file that vanished (another session merged it: store_sharing.vanishing_parts_retried)
+- A file that vanished (another session merged it: sharing.vanishing_parts_retried)
   is not damage: FileNotFoundError goes to the caller.
 - `verify_files` reads every file whole (compaction, before it folds a store), and returns
   what it set aside, for `specrepro compact` to report in its own words (`say=False`).
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import polars as pl
 
-from specrepro.results_schema import ADDED_COLUMNS, CELL_SCHEMA, LEGACY_ITL, REQUEST_SCHEMA
-from specrepro.store_sharing import locked, read_manifest, write_json
+from specrepro.store.schema import ADDED_COLUMNS, CELL_SCHEMA, LEGACY_ITL, REQUEST_SCHEMA
+from specrepro.store.sharing import locked, read_manifest, write_json
 
 QUARANTINE = "quarantine"  # the folder of a store's set-aside files
 MAGIC = b"PAR1"  # a Parquet file begins and ends with it

@@ -1,6 +1,6 @@
 """Sessions sharing one results store: what lets several `specrepro run --arm` processes
 (acceptance-only arms side by side on one GPU) write one `<study>/<run_id>` at once, and
-an archive or a reader look at it meanwhile (results.py owns the store itself).
+an archive or a reader look at it meanwhile (result_store.py owns the store itself).
 
 Design:
 - Writers: each session writes its own part files (write-once, hard-linked), so parts never
@@ -15,7 +15,7 @@ Design:
   study; a session whose params equal an earlier one's stores `{"same_as_session": id}`
   (`SAME_AS`), and `resolve_params_refs` gives every session its params back on reading.
 - The manifest as a file (`read_manifest`, `write_json`: temp file + rename) lives here, so
-  both the store (results.py) and what sets a damaged file aside (store_integrity.py) edit
+  both the store (result_store.py) and what sets a damaged file aside (integrity.py) edit
   it under `locked(root)` the same way.
 """
 

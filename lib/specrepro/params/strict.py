@@ -1,0 +1,30 @@
+"""The base of every params model and the constrained numbers the models share.
+
+Design: every model of a params file is `Strict`: pydantic v2 with `extra="forbid"` (an
+unknown key fails, with the closest valid one suggested by validation.py) and strict types
+(no silent coercion: "8" is not 8). Checks across fields are each model's `cross_checks()`,
+as (key path, message), which the loader locates in the file that set the key. Its own
+module so that the profile and suite models (schema.py), the study models (study.py) and the
+substrate block (substrate.py) share one base without importing each other.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    """Base of every params model: unknown keys fail, no silent type coercion."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=False)
+
+    def cross_checks(self) -> list[tuple[tuple, str]]:
+        """Checks across fields, as (key path, 'expected ..., found ...'); none by default."""
+        return []
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
