@@ -31,6 +31,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+from specrepro import findings
 from specrepro.params.errors import Expect, Problem, _duplicates, _one_of
 from specrepro.params.substrate import Substrate
 from specrepro.params.tree import Tree
@@ -540,15 +541,7 @@ class ResolvedStudy(Study):
                 for w in self.workloads if w.form == "chat"]
 
 
-NOTEBOOK_IDS = (
-    "01_drafter_block_sweep",
-    "02_temperature_spread",
-    "03_target_precision",
-    "04_engine_comparison",
-    "05_fp8_drafter_gates",
-    "06_draft_schedule_under_load",
-    "07_the_bill",
-)
+NOTEBOOK_IDS = findings.IDS  # the keys a suite's `notebooks:` may bind: the registry's ids
 
 
 class NotebookBinding(Strict):
