@@ -33,15 +33,14 @@ from dataclasses import dataclass
 import polars as pl
 
 from specrepro import metrics
+from specrepro.analysis.cell_key import CELL, LEVEL, READING
 from specrepro.analysis.text_quality import EXPLAIN, LOOP_NOTE, loop_flag
 from specrepro.data import STANDS_FOR
-
-LEVEL = ["label", "arm", "workload", "concurrency", "temperature"]
 
 
 def mean_over_repeats(cells: pl.DataFrame, values: list[str]) -> pl.DataFrame:
     """Mean (and run count) of each value per arm x workload x concurrency x temperature."""
-    return (cells.group_by(LEVEL, maintain_order=True)
+    return (cells.group_by(["label", *CELL], maintain_order=True)
             .agg([pl.col(v).mean() for v in values] + [pl.len().alias("runs")]))
 
 
@@ -50,14 +49,13 @@ def gain_over(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_s") -> p
     the same workload, concurrency and temperature."""
     means = mean_over_repeats(cells, [value])
     base = (means.filter(pl.col("arm") == baseline)
-            .select(["workload", "concurrency", "temperature", pl.col(value).alias("_base")]))
-    joined = means.join(base, on=["workload", "concurrency", "temperature"], how="left")
+            .select([*LEVEL, pl.col(value).alias("_base")]))
+    joined = means.join(base, on=LEVEL, how="left")
     gains = [metrics.relative_change_pct(v, b)
              for v, b in zip(joined[value].to_list(), joined["_base"].to_list(), strict=True)]
     return (joined.with_columns(pl.Series("change_pct", gains, dtype=pl.Float64))
             .rename({"_base": f"{value}_{baseline}"})
-            .select(["label", "arm", "workload", "concurrency", "temperature", value,
-                     f"{value}_{baseline}", "change_pct"]))
+            .select(["label", *CELL, value, f"{value}_{baseline}", "change_pct"]))
 
 
 def crossing(cells: pl.DataFrame, arm: str, baseline: str, value: str = "agg_tok_s"
@@ -239,7 +237,7 @@ class Table:
 
 
 ACCEPTANCE = ("acceptance_length", "draft_acceptance_rate")
-LEVEL_COLUMNS = {"workload": "workload", "concurrency": "streams", "temperature": "T"}
+LEVEL_COLUMNS = dict(zip(LEVEL, ("workload", "streams", "T"), strict=True))  # readers' names
 SPREAD_NOTE = "cells: mean over runs (min-max over the runs, n runs)"
 
 
@@ -249,7 +247,7 @@ def _level_values(key: str, value):
     return f"{value:g}" if key == "temperature" and value is not None else value
 
 
-def varying_levels(frame: pl.DataFrame, keys=tuple(LEVEL_COLUMNS)) -> tuple[list[str], str]:
+def varying_levels(frame: pl.DataFrame, keys=LEVEL) -> tuple[list[str], str]:
     """The level keys whose value varies in `frame` (to show as columns) and the constant
     ones in words (for the caption): 'humaneval, 1 stream, T=0'."""
     shown, fixed = [], []
@@ -286,7 +284,7 @@ def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | Non
     shown, fixed = varying_levels(cells)
     cells = text_columns(cells)
     labels = list(dict.fromkeys(cells["label"].to_list()))
-    keys = ["workload", "temperature", "concurrency"]
+    keys = READING
     accept = value in ACCEPTANCE
     rows = []
     for level, at in _groups(cells.sort(keys), keys):
@@ -322,7 +320,7 @@ def change_by_streams(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_
     base_label = cells.filter(pl.col("arm") == baseline)["label"]
     base_label = base_label[0] if base_label.len() else baseline
     labels = list(dict.fromkeys(cells.filter(pl.col("arm") != baseline)["label"].to_list()))
-    keys = ["workload", "temperature", "concurrency"]
+    keys = READING
     rows = []
     for level, at in _groups(cells.sort(keys), keys):
         base = at.filter(pl.col("arm") == baseline)[value].drop_nulls()
@@ -344,7 +342,7 @@ def per_arm(cells: pl.DataFrame, values: list[str], caption: str = "") -> Table:
     cells = text_columns(cells)
     values = with_text(values)  # an acceptance figure never without its text columns
     rows = []
-    for level, part in _groups(cells, ["label", *LEVEL_COLUMNS]):
+    for level, part in _groups(cells, ["label", *LEVEL]):
         row = {"arm": level["label"], **_level_cells(level, shown)}
         for v in values:
             row[name(v)] = spread_of(part[v].to_list(), scale(v), with_n=False)
@@ -371,10 +369,10 @@ def bill_table(cells: pl.DataFrame, with_power: bool = True) -> Table:
 def spread_table(cells: pl.DataFrame, value: str = "agg_tok_s") -> Table:
     """Run-to-run spread per arm and temperature: runs, mean (min-max), standard deviation
     and coefficient of variation of `value`, with acceptance and repetition beside."""
-    shown, fixed = varying_levels(cells, ("workload", "concurrency", "temperature"))
+    shown, fixed = varying_levels(cells, LEVEL)
     cells = text_columns(cells)
     rows = []
-    for level, part in _groups(cells, ["label", *LEVEL_COLUMNS]):
+    for level, part in _groups(cells, ["label", *LEVEL]):
         vals = part[value].drop_nulls()
         mean = vals.mean() if vals.len() else None
         sd = vals.std() if vals.len() > 1 else None
@@ -398,7 +396,7 @@ def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[st
     shown, fixed = varying_levels(pair)
     label = {a: pair.filter(pl.col("arm") == a)["label"][0] for a in (arm, reference)
              if pair.filter(pl.col("arm") == a).height}
-    keys = ["workload", "temperature", "concurrency"]
+    keys = READING
     out = []
     # an acceptance table is followed by the text columns' tables (with_text), and carries
     # the loop mark and their words
