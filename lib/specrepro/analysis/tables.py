@@ -270,7 +270,7 @@ def _level_cells(row: dict, shown: list[str]) -> dict:
     return {LEVEL_COLUMNS[k]: _level_values(k, row[k]) for k in shown}
 
 
-def _groups(cells: pl.DataFrame, keys: list[str]):
+def _groups(cells: pl.DataFrame, keys: list[str] | tuple[str, ...]):
     for key, part in cells.group_by(keys, maintain_order=True):
         yield dict(zip(keys, key, strict=True)), part
 
@@ -284,10 +284,9 @@ def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | Non
     shown, fixed = varying_levels(cells)
     cells = text_columns(cells)
     labels = list(dict.fromkeys(cells["label"].to_list()))
-    keys = READING
     accept = value in ACCEPTANCE
     rows = []
-    for level, at in _groups(cells.sort(keys), keys):
+    for level, at in _groups(cells.sort(READING), READING):
         row = _level_cells(level, shown)
         for label in labels:
             mine = at.filter(pl.col("label") == label)
@@ -303,7 +302,7 @@ def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | Non
     cap = caption or f"{name(value)} per arm; {SPREAD_NOTE}"
     notes = ()
     if accept:  # repetition is easy to draft: say how much there was, at every level
-        at_level = [at for _, at in _groups(cells.sort(keys), keys)]
+        at_level = [at for _, at in _groups(cells.sort(READING), READING)]
         for row, at in zip(rows, at_level, strict=True):
             row.update({f"{name(t)}, all arms": spread_of(at[t].to_list(), scale(t),
                                                           with_n=False) for t in TEXT})
@@ -320,9 +319,8 @@ def change_by_streams(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_
     base_label = cells.filter(pl.col("arm") == baseline)["label"]
     base_label = base_label[0] if base_label.len() else baseline
     labels = list(dict.fromkeys(cells.filter(pl.col("arm") != baseline)["label"].to_list()))
-    keys = READING
     rows = []
-    for level, at in _groups(cells.sort(keys), keys):
+    for level, at in _groups(cells.sort(READING), READING):
         base = at.filter(pl.col("arm") == baseline)[value].drop_nulls()
         b = base.mean() if base.len() else None
         row = _level_cells(level, shown)
@@ -396,7 +394,6 @@ def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[st
     shown, fixed = varying_levels(pair)
     label = {a: pair.filter(pl.col("arm") == a)["label"][0] for a in (arm, reference)
              if pair.filter(pl.col("arm") == a).height}
-    keys = READING
     out = []
     # an acceptance table is followed by the text columns' tables (with_text), and carries
     # the loop mark and their words
@@ -404,7 +401,7 @@ def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[st
         share = scale(v) == 100.0  # a share: its difference in points, not a change of a %
         head = "difference (points)" if share else "change (%)"
         rows = []
-        for level, at in _groups(pair.sort(keys), keys):
+        for level, at in _groups(pair.sort(READING), READING):
             ref_at = at.filter(pl.col("arm") == reference)
             arm_at = at.filter(pl.col("arm") == arm)
             ref = spread_of(ref_at[v].to_list(), scale(v))
