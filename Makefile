@@ -45,8 +45,8 @@ test: $(STAMP)
 # inputs changed (the notebook, any params file, the package's code and data, its
 # study's stored results); it then replays stored cells and measures only missing ones.
 # FRESH=1 measures every cell again. `make nb NB=<id>` runs one notebook regardless.
-NOTEBOOKS := 01_drafter_block_sweep 02_temperature_spread 03_target_precision \
-	04_engine_comparison 05_fp8_drafter_gates 06_draft_schedule_under_load 07_the_bill
+# The findings, in order, from their one registry (lib/specrepro/findings.py reads it alike).
+NOTEBOOKS := $(shell sed -n 's/^- \([A-Za-z0-9][A-Za-z0-9_.-]*\).*/\1/p' lib/specrepro/findings.yaml)
 SUITE := $(basename $(notdir $(PARAMS)))
 MODE := $(if $(FRESH),run,auto)
 # The default suite's figures are the committed ones; other suites write beside them.

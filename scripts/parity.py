@@ -142,8 +142,8 @@ def main(argv=None) -> dict:
         ties = near_ties.tables(stores, scorer, args.reference, args.reference_arm)
         out["near_ties"] = ties["summary"]
         texts = {}  # the reference's autoregressive outputs, at its first level
-        for level in parity._grid(stores, ref):
-            texts = parity._outputs(ref, args.reference_arm, level) or {}
+        for level in parity.arm_levels(stores, ref):
+            texts = parity.outputs_at(ref, args.reference_arm, level) or {}
             if texts:
                 break
         out["crossings"] = near_ties.crossings(

@@ -57,8 +57,6 @@ def outside_engines() -> list[Path]:
 KNOWN: dict[str, tuple[int, str]] = {
     "specrepro/embedded/export.py": (2, "a drafter checkpoint in vLLM's or SGLang's format"),
     "specrepro/embedded/export_standin.py": (1, "SGLang's fc bias, in its export format"),
-    "specrepro/params/window.py": (1, "debt: KINDS[engine].in_process says it"),
-    "specrepro/analysis/host_bound.py": (1, "debt: the engine that answered an attach"),
 }
 
 

@@ -26,24 +26,6 @@ PKG = LIB / "specrepro"
 # Packages whose modules are their own business: code outside imports the package only.
 PUBLIC_PACKAGES = ("specrepro.store",)
 
-# Crossings in the areas other helpers of issue 33 rework at the same time (harness/,
-# analysis/, embedded/), as "file:name": fixed on the other helpers' branches; the lead
-# empties this at merge.
-PENDING: set[str] = {
-    "lib/specrepro/analysis/figures_load.py:_published_against_base",
-    "lib/specrepro/analysis/near_ties.py:_grid",
-    "lib/specrepro/analysis/near_ties.py:_levels",
-    "lib/specrepro/analysis/near_ties.py:_outputs",
-    "lib/specrepro/analysis/near_ties.py:_shape",
-    "lib/specrepro/analysis/peer.py:_at",
-    "lib/specrepro/analysis/peer.py:_levels",
-    "lib/specrepro/analysis/peer.py:_mean",
-    "lib/specrepro/analysis/peer.py:_ratio",
-    "lib/specrepro/analysis/peer.py:_shape",
-    "lib/specrepro/analysis/substrates.py:_engine_words",
-}
-
-
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(LIB).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -122,14 +104,8 @@ def all_crossings() -> list[tuple[str, str]]:
 
 
 def test_no_module_uses_another_modules_private_names():
-    bad = [line for key, line in all_crossings() if key not in PENDING]
+    bad = [line for _, line in all_crossings()]
     assert not bad, "private names crossing modules:\n" + "\n".join(bad)
-
-
-def test_pending_lists_only_crossings_that_still_exist():
-    """PENDING shrinks as the other branches land: a stale entry fails, so it is removed."""
-    found = {key for key, _ in all_crossings()}
-    assert not PENDING - found, f"PENDING names crossings gone: {sorted(PENDING - found)}"
 
 
 @pytest.mark.parametrize("where, body, words", [

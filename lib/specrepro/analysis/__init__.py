@@ -7,8 +7,9 @@ Design:
   the study to the harness's runner first, and returns a `Finding` of this package.
 - Notebooks import this package and `specrepro.pipeline` and call the names below; no
   logic lives in a cell.
-- Modules: `finding` (a finding's study and stored cells), `tables`, `overlay` (published
-  beside measured), `gates`, `verdicts`, `figures` (by finding in `figures_sweep`,
+- Modules: `finding` (a finding's study and stored cells), `cell_key` (the columns that
+  identify a cell), `tables`, `overlay` (published beside measured), `gates`, `verdicts`
+  (on `check_sides`: what each side of a check reads), `figures` (by finding in `figures_sweep`,
   `figures_pairs`, `figures_load`, on `figures_common`), `show` (display helpers), `claims`
   (per-notebook data), `rules` (verdict rules as data), `summary` (a report's first
   table), `substrates` (its checks on every suite with stored results, beside each other), `notebooks` (papermill runner), `report` (HTML index, `specrepro report`),

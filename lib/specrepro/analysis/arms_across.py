@@ -31,7 +31,8 @@ import nbformat
 import polars as pl
 
 from specrepro import identity
-from specrepro.analysis.finding import CELL_KEY, FindingError, project_root, stored_cells
+from specrepro.analysis.cell_key import declared_key, key_of
+from specrepro.analysis.finding import FindingError, project_root, stored_cells
 from specrepro.params import Cell, ParamsError, ResolvedStudy, load_suite, resolve_study
 from specrepro.store import ResultStore
 
@@ -106,9 +107,8 @@ def setting_key(study: ResolvedStudy, cell: Cell, row: dict) -> str:
 
 
 def declared_by_level(study: ResolvedStudy) -> dict[tuple, Cell]:
-    """The study's cells by the stored rows' key (finding.CELL_KEY), to find a row's cell."""
-    return {(c.arm.name, c.workload.name, c.concurrency, c.sampling.temperature, c.repeat): c
-            for c in study.cells()}
+    """The study's cells by the stored rows' key (cell_key.CELL_KEY), to find a row's cell."""
+    return {declared_key(c): c for c in study.cells()}
 
 
 def _settings(study: ResolvedStudy, row: dict) -> dict[str, str]:
@@ -150,7 +150,7 @@ def shared_arms(notebooks: list[NotebookCells]) -> list[SharedArm]:
         declared = declared_by_level(nbc.study)
         for row in nbc.cells.iter_rows(named=True):
             # stored_cells keeps only rows of declared cells, so the lookup cannot miss
-            cell = declared[tuple(row[k] for k in CELL_KEY)]
+            cell = declared[key_of(row)]
             key = setting_key(nbc.study, cell, row)
             arm = arms.setdefault(key, SharedArm(_settings(nbc.study, row)))
             _, _, values = arm.by_notebook.setdefault(

@@ -23,6 +23,8 @@ Design:
   `unless`, no `device`).
 - Every published arm id is checked against `published/arms.csv` on load, so a typo fails
   here, naming the notebook and the id; every quoted source against the published rows.
+- The entries are the findings of the registry (`specrepro/findings.yaml`), one each: a key
+  the registry lacks, or a finding with no entry, fails on load naming the id and both files.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from importlib import resources
 import polars as pl
 import yaml
 
+from specrepro import findings
 from specrepro.analysis.rules import DEVICES, Rule, parse_checks
 from specrepro.data import STANDS_FOR
 from specrepro.published import load_arms, load_gates, load_published
@@ -113,6 +116,7 @@ def all_claims() -> dict[str, Claims]:
     known = set(load_arms()["arm"].to_list())
     gates = set(load_gates()["gate"].to_list())
     sources = set(load_published()["source"].to_list())
+    registered(raw)
     out = {}
     for nb, entry in raw.items():
         for study_arm, pub in entry.get("arms", {}).items():
@@ -136,6 +140,16 @@ def all_claims() -> dict[str, Claims]:
                                 set(entry.get("arms", {}))),
         )
     return out
+
+
+def registered(raw: dict) -> None:
+    """Fail unless claims.yaml has exactly one entry per finding of the registry."""
+    where = f"the registry {findings.REGISTRY}"
+    if stray := [nb for nb in raw if nb not in findings.IDS]:
+        raise ClaimsError(f"claims.yaml: {stray[0]!r} is not a finding of {where}; add it "
+                          f"there or rename the entry (findings: {', '.join(findings.IDS)})")
+    if missing := [nb for nb in findings.IDS if nb not in raw]:
+        raise ClaimsError(f"claims.yaml: no entry for {missing[0]!r}, a finding of {where}")
 
 
 def _untestable(nb: str, i: int, raw, published: set[str] = frozenset()) -> Untestable:

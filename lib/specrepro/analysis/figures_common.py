@@ -27,6 +27,7 @@ import polars as pl
 
 from specrepro import metrics
 from specrepro.analysis import tables
+from specrepro.analysis.cell_key import CELL, READING
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding
 
@@ -170,7 +171,7 @@ def article_tag(claims: Claims, cells: pl.DataFrame) -> str:
 def spread_note(cells: pl.DataFrame, value: str) -> str:
     """What the error bars are, from the run counts of the levels drawn."""
     per = (cells.filter(pl.col(value).is_not_null())
-           .group_by(["arm", "workload", "concurrency", "temperature"]).len()["len"].to_list())
+           .group_by(CELL).len()["len"].to_list())
     if not per:
         return ""
     lo, hi = min(per), max(per)
@@ -294,8 +295,7 @@ def change_stats(cells: pl.DataFrame, baseline: str, label: str, value: str = "a
     """Per concurrency: an arm's change against the baseline arm's mean at the same level,
     run by run (%; as_ratio: x), with its stats: (levels, stats, runs)."""
     xs, st, runs = [], [], []
-    keys = ["workload", "temperature", "concurrency"]
-    for _, at in cells.sort(keys).group_by(keys, maintain_order=True):
+    for _, at in cells.sort(READING).group_by(READING, maintain_order=True):
         base = at.filter(pl.col("arm") == baseline)[value].drop_nulls()
         mine = at.filter(pl.col("label") == label)[value].to_list()
         if not base.len() or not mine:

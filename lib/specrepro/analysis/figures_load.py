@@ -23,7 +23,7 @@ from specrepro import metrics
 from specrepro.analysis import figures_common as fc
 from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims
-from specrepro.analysis.figures_sweep import TPS, _published_against_base, article_lines
+from specrepro.analysis.figures_sweep import TPS, article_lines, published_against_base
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.overlay import published_points
 from specrepro.published import load_arms, load_published
@@ -43,7 +43,7 @@ def load_sweep(f: Finding, claims: Claims) -> fc.plt.Figure:
     base = f.study.baseline
     base_label = f.labels.get(base, base)
     fc.changes_by_streams(axes[2], f, c, st, as_ratio=True)
-    for row in _published_against_base(pub, base, f.labels).to_dicts():
+    for row in published_against_base(pub, base, f.labels).to_dicts():
         color = st.get(f.labels.get(row["study_arm"]), {}).get("color", "black")
         fc.article_marker(axes[2], row["concurrency"], row["value"] / row["_b"], color)
     fc.key(axes[2], f"article {claims.article} (diamonds, the arm's colour)", "article",

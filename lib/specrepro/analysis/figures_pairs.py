@@ -22,6 +22,7 @@ import polars as pl
 
 from specrepro.analysis import figures_common as fc
 from specrepro.analysis import tables
+from specrepro.analysis.cell_key import LEVEL, key_of
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.gates import evaluate_gates
@@ -36,8 +37,7 @@ def acceptance_pairs(f: Finding, claims: Claims) -> fc.plt.Figure:
     """Acceptance length per workload and level for each arm, the article's marked; and
     throughput per arm in two panels (measured, article)."""
     st, c = fc.styles(f), f.cells
-    keys = ["workload", "concurrency", "temperature"]
-    groups = c.select(keys).unique(maintain_order=True).to_dicts()
+    groups = c.select(LEVEL).unique(maintain_order=True).to_dicts()
     labels = fc.labels_in(f, c)
     fig, axes = fc.figure(3, (14, 4.8))
     width = 0.8 / max(len(labels), 1)
@@ -45,7 +45,7 @@ def acceptance_pairs(f: Finding, claims: Claims) -> fc.plt.Figure:
     pub_tps = published_points(claims, "agg_tok_s")
     names = []
     for gi, grp in enumerate(groups):
-        part = c.filter(*(pl.col(k) == grp[k] for k in keys if grp[k] is not None))
+        part = c.filter(*(pl.col(k) == grp[k] for k in LEVEL if grp[k] is not None))
         rep = part["repeated_4gram_share"].drop_nulls()
         # short lines: a group's label is as wide as its widest (the x label says what rep. is)
         names.append(f"{grp['workload']}\n{tables.streams(grp['concurrency'])}"
@@ -57,7 +57,7 @@ def acceptance_pairs(f: Finding, claims: Claims) -> fc.plt.Figure:
             for ax, col in ((axes[0], "acceptance_length"), (axes[1], "agg_tok_s")):
                 fc.mean_bar(ax, x, fc.stats(mine[col].to_list()), st[label], width * 0.9,
                             label=label)
-            at = (arm, grp["workload"], grp["concurrency"], grp["temperature"])
+            at = (arm, *key_of(grp, LEVEL))
             for row in points_at(pub_acc, claims, *at).to_dicts():
                 fc.article_marker(axes[0], x, row["value"],
                                   gid=f"article|{arm}|{grp['workload']}|{grp['concurrency']}")

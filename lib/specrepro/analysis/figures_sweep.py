@@ -34,7 +34,7 @@ from specrepro.analysis.overlay import (
 TPS = "aggregate decode throughput (tok/s)"
 
 
-def _published_against_base(pub: pl.DataFrame, base: str, labels: dict) -> pl.DataFrame:
+def published_against_base(pub: pl.DataFrame, base: str, labels: dict) -> pl.DataFrame:
     """The article's points of every study arm but the baseline, each with the baseline's
     value at the same level (column `_b`)."""
     pub_base = pub.filter(pl.col("study_arm") == base).select(
@@ -80,7 +80,7 @@ def block_sweep_speed(f: Finding, claims: Claims) -> fc.plt.Figure:
     base = f.study.baseline
     base_label = f.labels.get(base, base)
     fc.changes_by_streams(axes[2], f, c, st)
-    for row in _published_against_base(pub, base, f.labels).to_dicts():
+    for row in published_against_base(pub, base, f.labels).to_dicts():
         color = st.get(f.labels.get(row["study_arm"]), {}).get("color", "black")
         fc.article_marker(axes[2], row["concurrency"],
                           metrics.relative_change_pct(row["value"], row["_b"]), color)

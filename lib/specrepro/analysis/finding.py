@@ -34,6 +34,7 @@ from typing import Literal
 import polars as pl
 
 from specrepro import identity, provenance
+from specrepro.analysis.cell_key import CELL_KEY, LEVEL, READING, at, declared_key, key_of
 from specrepro.analysis.text_quality import with_length_share
 from specrepro.params import ResolvedStudy, Suite
 from specrepro.store import CELL_SCHEMA, ResultStore, empty, load_cells, load_requests
@@ -43,8 +44,8 @@ from specrepro.store import CELL_SCHEMA, ResultStore, empty, load_cells, load_re
 Mode = Literal["auto", "run", "replay"]
 MODES = ("auto", "run", "replay")
 
-# Columns that tie a stored row to the cell the study declares.
-CELL_KEY = ["arm", "workload", "concurrency", "temperature", "repeat"]
+# Columns that tie a stored row to the cell the study declares: its key and what the study
+# says the arm runs and on how many prompts.
 CELL_MATCH = [*CELL_KEY, "profile", "method", "num_speculative_tokens", "n_prompts", "seed"]
 
 
@@ -209,7 +210,7 @@ def stored_cells(store_root: Path, study: ResolvedStudy) -> pl.DataFrame:
     order = {a.name: i for i, a in enumerate(study.arms)}
     return (latest.with_columns(pl.col("arm").replace_strict(order, default=None)
                                 .alias("_order"))
-            .sort(["_order", "workload", "concurrency", "temperature", "repeat"])
+            .sort(["_order", *LEVEL, "repeat"])
             .drop("_order"))
 
 
@@ -223,12 +224,10 @@ def same_identity(study: ResolvedStudy, rows: pl.DataFrame) -> list[bool]:
     """
     by_level: dict[tuple, list] = {}
     for cell in study.cells():
-        level = (cell.arm.name, cell.workload.name, cell.concurrency,
-                 cell.sampling.temperature, cell.repeat)
-        by_level.setdefault(level, []).append(cell)
+        by_level.setdefault(declared_key(cell), []).append(cell)
     keep = []
     for row in rows.select([*CELL_KEY, "cell_id", "engine_version"]).iter_rows(named=True):
-        cands = by_level.get(tuple(row[k] for k in CELL_KEY), [])
+        cands = by_level.get(key_of(row), [])
         keep.append(any(identity.cell_id(study, c, row["engine_version"]) == row["cell_id"]
                         for c in cands))
     return keep
@@ -332,10 +331,9 @@ def missing_text(study: ResolvedStudy, missing: pl.DataFrame) -> str:
             parts.append(f"{arm}: all {mine.height} cells")
             continue
         levels = []
-        for (work, temp, conc), g in gone.group_by(
-                ["workload", "temperature", "concurrency"], maintain_order=True):
-            want = mine.filter((pl.col("workload") == work) & (pl.col("temperature") == temp)
-                               & (pl.col("concurrency") == conc))
+        for (work, temp, conc), g in gone.group_by(READING, maintain_order=True):
+            want = mine.filter(at(dict(zip(READING, (work, temp, conc), strict=True)),
+                                  READING))
             where = ", ".join(([work] if multi_work else [])
                               + ([f"T={temp:g}"] if multi_temp else []))
             text = _streams(conc) + (f" at {where}" if where else "")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from specrepro.analysis.finding import Finding, devices
+from specrepro.params.engine_kinds import KINDS
 
 THRESHOLD = 0.70
 SPEED_METRICS = frozenset({"agg_tok_s", "per_stream_tok_s", "agg_tok_s_change_pct", "step_ms",
@@ -49,7 +50,7 @@ def _engine(f: Finding, arm: str) -> str | None:
     for a in f.study.arms:
         if a.name == arm:
             p = a.resolved
-            return p.attached_engine if p.engine == "attach" else p.engine
+            return p.attached_engine if KINDS[p.engine].attaches else p.engine
     return None
 
 

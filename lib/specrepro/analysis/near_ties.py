@@ -104,12 +104,12 @@ def bf16_step(x: float) -> float | None:
 
 def _pairs(stores: list[parity.Store], ref: parity.Store, ref_arm: str):
     """(store, level, its outputs, the reference outputs) for every arm x level measured."""
-    for level in parity._grid(stores, ref):
-        base = parity._outputs(ref, ref_arm, level)
+    for level in parity.arm_levels(stores, ref):
+        base = parity.outputs_at(ref, ref_arm, level)
         for s in stores:
             if s is ref and level["arm"] == ref_arm:
                 continue
-            mine = parity._outputs(s, level["arm"], level)
+            mine = parity.outputs_at(s, level["arm"], level)
             if mine is not None:
                 yield s, level, mine, base
 
@@ -123,7 +123,7 @@ def tables(stores: list[parity.Store], scorer: Scorer, reference: str | None = N
                                  f"{ref.name} ({', '.join(ref.arms)})")
     summary, details = [], []
     for s, level, mine, base in _pairs(stores, ref, reference_arm):
-        row = {"engine": s.name, "arm": level["arm"], **parity._levels(level)}
+        row = {"engine": s.name, "arm": level["arm"], **parity.level_of(level)}
         if base is None:
             summary.append({**row, "note": f"{ref.name}: no {reference_arm} output here"})
             continue
@@ -158,8 +158,8 @@ def tables(stores: list[parity.Store], scorer: Scorer, reference: str | None = N
             "tokens the outputs chose; a bf16 step is the spacing of bf16 numbers at the "
             "top logit")
     return {
-        "summary": parity._shape(summary, "Where outputs part, per engine, arm and level, "
-                                          + what),
+        "summary": parity.reader_table(
+            summary, "Where outputs part, per engine, arm and level, " + what),
         "details": Table(pl.DataFrame(details, infer_schema_length=None) if details
                          else pl.DataFrame({"prompt": []}),
                          "Each differing prompt: " + what),

@@ -46,14 +46,9 @@ from jupyter_client.manager import AsyncKernelManager
 from nbconvert import HTMLExporter
 from traitlets.config import Config
 
+from specrepro import findings
 from specrepro.analysis.finding import MODES, cannot_measure_here, missing_cells, project_root
-from specrepro.params import (
-    NOTEBOOK_IDS,
-    ParamsError,
-    check_notebook_params,
-    load_suite,
-    resolve_study,
-)
+from specrepro.params import ParamsError, check_notebook_params, load_suite, resolve_study
 
 KERNEL = "python3"
 
@@ -62,7 +57,7 @@ def notebook_path(notebook_id: str, notebooks_dir: str | Path = "notebooks") -> 
     path = Path(notebooks_dir) / f"{notebook_id}.ipynb"
     if not path.is_file():
         raise FileNotFoundError(f"no notebook {notebook_id!r} at {path}; expected one of "
-                                f"{', '.join(NOTEBOOK_IDS)}")
+                                f"{', '.join(findings.IDS)}")
     return path
 
 

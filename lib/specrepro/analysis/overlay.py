@@ -41,6 +41,7 @@ import polars as pl
 
 from specrepro import metrics
 from specrepro.analysis import tables, text_quality
+from specrepro.analysis.cell_key import CELL, LEVEL, key_of
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.tables import Table
 from specrepro.published import load_arms, load_published
@@ -94,7 +95,7 @@ def measured_value(level: dict, metric: str) -> float | None:
 def _levels(cells: pl.DataFrame) -> list[dict]:
     """Per arm x workload x concurrency x temperature: the level's keys and its runs (one
     row dict per repeat)."""
-    keys = ["label", "arm", "workload", "concurrency", "temperature"]
+    keys = ["label", *CELL]
     return [{**{k: part[k][0] for k in keys}, "runs": part.to_dicts()}
             for _, part in cells.group_by(keys, maintain_order=True)]
 
@@ -277,8 +278,7 @@ def published_points(claims: Claims, metric: str, repeats: bool = False) -> pl.D
                      else pl.col("stat").is_in(STATS) & pl.col("repeat").is_null())
     groups: dict[tuple, list[dict]] = {}
     for r in pub.to_dicts():
-        key = (r["arm"], r["workload"], r["concurrency"], r["temperature"], r["repeat"])
-        groups.setdefault(key, []).append(r)
+        groups.setdefault(key_of(r), []).append(r)  # a published row's arm, level, repeat
     chosen = [choose(rows, claims)[0] for rows in groups.values()]
     out = pl.DataFrame(chosen, schema=pub.schema, orient="row") if chosen else pub.clear()
     return out.with_columns(pl.col("arm").replace_strict(reverse, default=None)
@@ -389,9 +389,8 @@ def overlay_tables(cells: pl.DataFrame, claims: Claims,
 def _text_columns(cells: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
     """Each measured level's cells (label, workload, concurrency, temperature), whose text
     columns and loop mark an acceptance row shows."""
-    keys = ["label", "workload", "concurrency", "temperature"]
     return {tuple(k): part for k, part in
-            tables.text_columns(cells).group_by(keys, maintain_order=True)}
+            tables.text_columns(cells).group_by(["label", *LEVEL], maintain_order=True)}
 
 
 def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict,
@@ -429,7 +428,7 @@ def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict,
                            {"mean": r["measured"], "min": r["measured_min"],
                             "max": r["measured_max"]})
         if text is not None:  # acceptance: the loop mark and the text columns beside it
-            at = text.get((r["label"], r["workload"], r["concurrency"], r["temperature"]))
+            at = text.get(key_of(r, ["label", *LEVEL]))
             at = at if at is not None else pl.DataFrame(schema=tables.CELL_TEXT_SCHEMA)
             row["measured"] = tables.flagged(row["measured"], at)
             row.update({tables.name(t): tables.spread_of(at[t].to_list(), tables.scale(t),
@@ -473,8 +472,7 @@ def published_ranges(claims: Claims, metric: str) -> pl.DataFrame:
     pub = claims.comparable(load_published()).filter(
         (pl.col("metric") == metric) & pl.col("arm").is_in(list(reverse))
         & pl.col("stat").is_in(["min", "max"]))
-    keys = ["arm", "workload", "concurrency", "temperature"]
-    wide = (pub.group_by(keys, maintain_order=True)
+    wide = (pub.group_by(CELL, maintain_order=True)
             .agg(pl.col("value").filter(pl.col("stat") == "min").first().alias("min"),
                  pl.col("value").filter(pl.col("stat") == "max").first().alias("max"),
                  pl.col("source").first()))

@@ -7,7 +7,7 @@ Design:
   their requests (load_cells / load_requests). One store is the reference, the
   first given or a named one: gaps, ratios and output identity are each other engine's
   against it.
-- Matching: cells are matched across stores by finding.CELL_KEY (arm, workload,
+- Matching: cells are matched across stores by cell_key.CELL_KEY (arm, workload,
   concurrency, temperature, repeat), never by cell_id: the id hashes the engine's version
   and profile, so the same cell has another id on every engine. Where a store holds two ok
   cells at one key (the study measured again under changed parameters), the later one
@@ -45,12 +45,10 @@ from pathlib import Path
 import polars as pl
 
 from specrepro import metrics
-from specrepro.analysis import tables
-from specrepro.analysis.finding import CELL_KEY
+from specrepro.analysis import cell_key, tables
 from specrepro.analysis.tables import Table
 from specrepro.store import ResultStore, load_cells, load_requests
 
-LEVEL = ["workload", "temperature", "concurrency"]  # a cell's level, without arm and repeat
 GAP_PCT = 5.0  # issue 16: tokens per step within 5 % of the reference engine's
 EARLY = (32, 64)  # "differs before token N": a divergence that early changes most of the text
 SPEED = ("agg_tok_s", "ttft_p50_ms", "itl_p50_ms", "itl_request_mean_ms")
@@ -62,12 +60,12 @@ class ParityError(ValueError):
 
 @dataclass(frozen=True)
 class Store:
-    """One engine's results of the study: ok cells (one per CELL_KEY) and their outputs."""
+    """One engine's results of the study: ok cells (one per cell key) and their outputs."""
 
     name: str
     path: Path
     cells: pl.DataFrame
-    outputs: dict[tuple, dict[str, list[int] | None]]  # CELL_KEY values -> prompt_id -> ids
+    outputs: dict[tuple, dict[str, list[int] | None]]  # cell key -> prompt_id -> token ids
     arms: tuple[str, ...]  # the study's arm order, as its manifest has it
     superseded: int  # ok cells left out: an older cell at the same key
     past_eos: int = 0  # outputs that carried tokens after an end-of-text token (cut there)
@@ -112,16 +110,17 @@ def load_store(name: str, path: Path | str, eos: Sequence[int] = ()) -> Store:
     if len(runs) > 1:  # a folder above the run: cells of other studies would match keys
         raise ParityError(f"{path}: holds {len(runs)} runs ({', '.join(map('/'.join, runs))}); "
                           "give one <results_dir>/<study>/<run_id>")
-    cells = (ok.sort("ended_at", nulls_last=False).group_by(CELL_KEY, maintain_order=True)
-             .last().sort([*CELL_KEY]))
+    cells = (ok.sort("ended_at", nulls_last=False)
+             .group_by(cell_key.CELL_KEY, maintain_order=True).last()
+             .sort([*cell_key.CELL_KEY]))
     reqs = load_requests(path, cells).join(
-        cells.select("cell_id", "attempt", *CELL_KEY), on=["cell_id", "attempt"])
+        cells.select("cell_id", "attempt", *cell_key.CELL_KEY), on=["cell_id", "attempt"])
     outputs: dict[tuple, dict[str, list[int] | None]] = {}
     ends, past = frozenset(eos), 0
-    for r in reqs.select(*CELL_KEY, "prompt_id", "token_ids").iter_rows(named=True):
+    for r in reqs.select(*cell_key.CELL_KEY, "prompt_id", "token_ids").iter_rows(named=True):
         ids, cut = until_eos(r["token_ids"], ends)
         past += cut
-        outputs.setdefault(tuple(r[k] for k in CELL_KEY), {})[r["prompt_id"]] = ids
+        outputs.setdefault(cell_key.key_of(r), {})[r["prompt_id"]] = ids
     return Store(name, path, cells, outputs, _study_arms(path, cells), ok.height - cells.height,
                  past)
 
@@ -164,20 +163,17 @@ def _arm_order(stores: list[Store], ref: Store) -> list[str]:
     return list(dict.fromkeys([*ref.arms, *(a for s in stores for a in s.arms)]))
 
 
-def _grid(stores: list[Store], ref: Store) -> list[dict]:
+def arm_levels(stores: list[Store], ref: Store) -> list[dict]:
     """Every arm x level any store measured, arms in the reference study's order."""
     rank = {a: i for i, a in enumerate(_arm_order(stores, ref))}
-    levels = pl.concat([s.cells.select("arm", *LEVEL) for s in stores]).unique()
+    levels = pl.concat([s.cells.select("arm", *cell_key.READING) for s in stores]).unique()
     return sorted(levels.to_dicts(), key=lambda r: (
-        rank.get(r["arm"], len(rank)), *((r[k] is None, r[k] or 0) for k in LEVEL)))
+        rank.get(r["arm"], len(rank)), *((r[k] is None, r[k] or 0) for k in cell_key.READING)))
 
 
-def _at(store: Store, level: dict) -> pl.DataFrame:
+def cells_at(store: Store, level: dict) -> pl.DataFrame:
     """The store's cells (every repeat) of one arm at one level."""
-    c = store.cells
-    return c.filter((pl.col("arm") == level["arm"]) & (pl.col("workload") == level["workload"])
-                    & (pl.col("temperature") == level["temperature"])
-                    & (pl.col("concurrency") == level["concurrency"]))
+    return store.cells.filter(cell_key.at(level))
 
 
 def _absent(store: Store, arm: str, what: str = "this level") -> str:
@@ -187,8 +183,8 @@ def _absent(store: Store, arm: str, what: str = "this level") -> str:
     return f"not measured: arm {arm} has no cells at {what} in this store"
 
 
-def _shape(rows: list[dict], caption: str, keys=("workload", "temperature", "concurrency"),
-           notes: tuple[str, ...] = ()) -> Table:
+def reader_table(rows: list[dict], caption: str, keys=cell_key.READING,
+                 notes: tuple[str, ...] = ()) -> Table:
     """Rows (with raw level keys) as a reader table: a level that varies is a column named
     as tables does it, a constant one moves to the caption."""
     raw = pl.DataFrame(rows, infer_schema_length=None)
@@ -198,8 +194,9 @@ def _shape(rows: list[dict], caption: str, keys=("workload", "temperature", "con
     return Table(frame, tables.with_fixed(caption, fixed), notes)
 
 
-def _levels(level: dict) -> dict:
-    return {k: level[k] for k in LEVEL}
+def level_of(level: dict) -> dict:
+    """An arm-at-a-level's level alone, in the order readers see it."""
+    return {k: level[k] for k in cell_key.READING}
 
 
 # ----------------------------------------------------------------- acceptance
@@ -222,23 +219,23 @@ def acceptance_table(stores: list[Store], reference: str | None = None,
     tps, gap = tables.name("acceptance_length"), f"gap against {ref.name} (%)"
     flag = f"gap above {tables.fmt(threshold_pct)} %"
     rows = []
-    for level in _grid(stores, ref):
-        ref_at = _at(ref, level)["acceptance_length"].drop_nulls()
+    for level in arm_levels(stores, ref):
+        ref_at = cells_at(ref, level)["acceptance_length"].drop_nulls()
         ref_mean = ref_at.mean() if ref_at.len() else None
         for s in stores:
-            at = _at(s, level)
+            at = cells_at(s, level)
             vals = at["acceptance_length"].drop_nulls().to_list()
             mean = sum(vals) / len(vals) if vals else None
             note = ("reference" if s is ref else "") if at.height else _absent(s, level["arm"])
             if at.height and not vals:
                 note = "the engine reported no tokens per step"
-            elif at.height and s is not ref and not _at(ref, level).height:
+            elif at.height and s is not ref and not cells_at(ref, level).height:
                 note = f"{ref.name}: " + _absent(ref, level["arm"])
             elif at.height and s is not ref and ref_mean is None:
                 note = f"{ref.name} reported no tokens per step here"
             g = None if s is ref else metrics.relative_change_pct(mean, ref_mean)
             rows.append({
-                "arm": level["arm"], **_levels(level), "engine": s.name,
+                "arm": level["arm"], **level_of(level), "engine": s.name,
                 "repeats": at.height or None, tps: mean,
                 "repeats agree exactly": len(set(vals)) == 1 if len(vals) > 1 else None,
                 tables.name("acceptance_rate_pos"):
@@ -246,7 +243,7 @@ def acceptance_table(stores: list[Store], reference: str | None = None,
                 gap: g, flag: None if g is None else abs(g) > threshold_pct, "note": note})
     notes = tuple(f"{s.name}: {s.superseded} older ok cell(s) at a key measured again left "
                   "out" for s in stores if s.superseded)
-    return _shape(rows, f"Tokens per step per arm, level and engine: mean over repeats, "
+    return reader_table(rows, f"Tokens per step per arm, level and engine: mean over repeats, "
                         f"whether the repeats agree exactly, acceptance at each draft position "
                         f"(mean over repeats), and the gap of the mean against {ref.name}'s "
                         f"(flagged above {tables.fmt(threshold_pct)} %)", notes=notes)
@@ -292,9 +289,8 @@ def compare_outputs(a: dict[str, list[int] | None] | None,
     return figures, "; ".join(notes)
 
 
-def _outputs(store: Store, arm: str, level: dict, repeat: int = 0):
-    return store.outputs.get((arm, level["workload"], level["concurrency"],
-                              level["temperature"], repeat))
+def outputs_at(store: Store, arm: str, level: dict, repeat: int = 0):
+    return store.outputs.get(cell_key.key_of({**level, "arm": arm, "repeat": repeat}))
 
 
 def identity_table(stores: list[Store], reference: str | None = None) -> Table:
@@ -302,20 +298,20 @@ def identity_table(stores: list[Store], reference: str | None = None) -> Table:
     reference engine's, and where the others first differ."""
     ref = reference_of(stores, reference)
     rows = []
-    for level in _grid(stores, ref):
-        mine = _outputs(ref, level["arm"], level)
+    for level in arm_levels(stores, ref):
+        mine = outputs_at(ref, level["arm"], level)
         for s in stores:
             if s is ref:
                 continue
-            theirs = _outputs(s, level["arm"], level)
+            theirs = outputs_at(s, level["arm"], level)
             figures, note = compare_outputs(theirs, mine)
             if theirs is None:
                 note = _absent(s, level["arm"], "this level, repeat 0")
             elif mine is None:
                 note = f"{ref.name}: " + _absent(ref, level["arm"], "this level, repeat 0")
-            rows.append({"arm": level["arm"], **_levels(level), "engine": s.name, **figures,
+            rows.append({"arm": level["arm"], **level_of(level), "engine": s.name, **figures,
                          "note": note})
-    return _shape(rows, f"Outputs token-identical to {ref.name}'s, per arm, level and engine "
+    return reader_table(rows, f"Outputs token-identical to {ref.name}'s, per arm, level and engine "
                         "(same prompt, repeat 0), and where the others first differ (completion "
                         "token position from 0)", notes=eos_notes(stores))
 
@@ -334,31 +330,31 @@ def invariance_table(stores: list[Store], reference: str | None = None) -> Table
     store's) at the lowest level (repeat 0)."""
     ref = reference_of(stores, reference)
     first = _arm_order(stores, ref)[0]
-    grid = _grid(stores, ref)
+    grid = arm_levels(stores, ref)
     arms = list(dict.fromkeys(lv["arm"] for lv in grid))
     rows = []
 
     def row(s: Store, arm: str, level: dict, comparison: str, a, b, missing: str) -> None:
         figures, note = compare_outputs(a, b)
-        rows.append({"engine": s.name, "arm": arm, **_levels(level), "comparison": comparison,
+        rows.append({"engine": s.name, "arm": arm, **level_of(level), "comparison": comparison,
                      **figures, "note": note if a is not None and b is not None else missing})
 
     for s in stores:
         for arm in arms:
             mine = [lv for lv in grid if lv["arm"] == arm]
             for lv in mine:
-                if all(_outputs(x, arm, lv, 1) is None for x in stores):
+                if all(outputs_at(x, arm, lv, 1) is None for x in stores):
                     continue  # the study measured this level once: no repeat to compare
                 n = tables.streams(lv["concurrency"])
-                row(s, arm, lv, f"repeat 1 against repeat 0 at {n}", _outputs(s, arm, lv, 1),
-                    _outputs(s, arm, lv, 0),
+                row(s, arm, lv, f"repeat 1 against repeat 0 at {n}", outputs_at(s, arm, lv, 1),
+                    outputs_at(s, arm, lv, 0),
                     _absent(s, arm, f"{n}, repeat 0 and 1"))
             for wl, t in dict.fromkeys((lv["workload"], lv["temperature"]) for lv in mine):
                 conc = sorted({lv["concurrency"] for lv in grid
                                if (lv["workload"], lv["temperature"]) == (wl, t)})
                 # this engine's own highest and lowest level where it measured two: a
                 # store that stopped short still shows its batch invariance
-                have = [c for c in conc if _outputs(s, arm, {"workload": wl, "temperature": t,
+                have = [c for c in conc if outputs_at(s, arm, {"workload": wl, "temperature": t,
                                                              "concurrency": c}) is not None]
                 conc = have if len(have) >= 2 else conc
                 lo, hi = ({"workload": wl, "temperature": t, "concurrency": c}
@@ -367,16 +363,16 @@ def invariance_table(stores: list[Store], reference: str | None = None) -> Table
                     row(s, arm, {**lo, "concurrency": None},
                         f"{tables.streams(hi['concurrency'])} against "
                         f"{tables.streams(lo['concurrency'])}, repeat 0",
-                        _outputs(s, arm, hi), _outputs(s, arm, lo),
+                        outputs_at(s, arm, hi), outputs_at(s, arm, lo),
                         _absent(s, arm, f"{tables.streams(lo['concurrency'])} and "
                                         f"{tables.streams(hi['concurrency'])}, repeat 0"))
                 if arm != first:
                     row(s, arm, {**lo, "concurrency": None},
                         f"against {first} at {tables.streams(lo['concurrency'])}, repeat 0",
-                        _outputs(s, arm, lo), _outputs(s, first, lo),
-                        _absent(s, arm if _outputs(s, arm, lo) is None else first,
+                        outputs_at(s, arm, lo), outputs_at(s, first, lo),
+                        _absent(s, arm if outputs_at(s, arm, lo) is None else first,
                                 f"{tables.streams(lo['concurrency'])}, repeat 0"))
-    return _shape(rows, "Outputs token-identical within each engine, per arm: repeat to "
+    return reader_table(rows, "Outputs token-identical within each engine, per arm: repeat to "
                         "repeat, across batch size, and against the first arm (greedy "
                         f"speculative decoding is lossless, so every arm should give {first}'s "
                         "text on a batch-invariant engine); first differences in completion "
@@ -386,13 +382,13 @@ def invariance_table(stores: list[Store], reference: str | None = None) -> Table
 # ---------------------------------------------------------------------- speed
 
 
-def _ratio(new: float | None, old: float | None) -> float | None:
+def ratio(new: float | None, old: float | None) -> float | None:
     """One engine's mean over the reference's: a comparison of two stored figures, not a
     metric (the figures themselves are metrics.py's)."""
     return None if new is None or old is None or old == 0 else new / old
 
 
-def _mean(frame: pl.DataFrame, column: str) -> float | None:
+def mean_of(frame: pl.DataFrame, column: str) -> float | None:
     vals = frame[column].drop_nulls()
     return vals.mean() if vals.len() else None
 
@@ -403,21 +399,21 @@ def speed_table(stores: list[Store], reference: str | None = None) -> Table:
     mean's ratio to the reference engine's."""
     ref = reference_of(stores, reference)
     rows = []
-    for level in _grid(stores, ref):
-        ref_at = _at(ref, level)
+    for level in arm_levels(stores, ref):
+        ref_at = cells_at(ref, level)
         for s in stores:
-            at = _at(s, level)
-            row = {"arm": level["arm"], **_levels(level), "engine": s.name,
+            at = cells_at(s, level)
+            row = {"arm": level["arm"], **level_of(level), "engine": s.name,
                    "repeats": at.height or None,
                    **{tables.name(v): tables.spread_of(at[v].to_list(), with_n=False)
                       for v in SPEED}}
             for v in SPEED:
                 row[f"{tables.NAMES[v][0]} over {ref.name}'s (ratio)"] = (
-                    None if s is ref else _ratio(_mean(at, v), _mean(ref_at, v)))
+                    None if s is ref else ratio(mean_of(at, v), mean_of(ref_at, v)))
             row["note"] = ("reference" if s is ref else "") if at.height else _absent(
                 s, level["arm"])
             rows.append(row)
-    return _shape(rows, "Speed per arm, level and engine: each figure's mean (min-max) over "
+    return reader_table(rows, "Speed per arm, level and engine: each figure's mean (min-max) over "
                         f"repeats, and each engine's mean over {ref.name}'s (a ratio)")
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from specrepro.analysis import parity, tables
+from specrepro.analysis import cell_key, parity, tables
 from specrepro.analysis.tables import Table
 
 NONE_ARM = "none"
@@ -31,9 +31,9 @@ TARGETS = {1: 1.5, 8: 1.0, 32: 1.0}  # streams -> the embedded engine's least ra
 
 
 def _levels(stores: list[parity.Store]) -> list[dict]:
-    levels = pl.concat([s.cells.select(*parity.LEVEL) for s in stores]).unique()
+    levels = pl.concat([s.cells.select(*cell_key.READING) for s in stores]).unique()
     return sorted(levels.to_dicts(), key=lambda r: tuple((r[k] is None, r[k] or 0)
-                                                         for k in parity.LEVEL))
+                                                         for k in cell_key.READING))
 
 
 def best(store: parity.Store, level: dict) -> tuple[str | None, pl.DataFrame]:
@@ -42,8 +42,8 @@ def best(store: parity.Store, level: dict) -> tuple[str | None, pl.DataFrame]:
     for arm in store.arms:
         if arm == NONE_ARM:
             continue
-        at = parity._at(store, {**level, "arm": arm})
-        m = parity._mean(at, "agg_tok_s")
+        at = parity.cells_at(store, {**level, "arm": arm})
+        m = parity.mean_of(at, "agg_tok_s")
         if m is not None and (rate is None or m > rate):
             top, cells, rate = arm, at, m
     return top, cells
@@ -55,29 +55,29 @@ def rows(stores: list[parity.Store], subject: str) -> list[dict]:
     me = parity.reference_of(stores, subject)
     out = []
     for level in _levels(stores):
-        mine_ar = parity._at(me, {**level, "arm": NONE_ARM})
+        mine_ar = parity.cells_at(me, {**level, "arm": NONE_ARM})
         _, mine_best = best(me, level)
         for s in stores:
-            ar = parity._at(s, {**level, "arm": NONE_ARM})
+            ar = parity.cells_at(s, {**level, "arm": NONE_ARM})
             arm, sp = best(s, level)
-            row = {**parity._levels(level), "engine": s.name,
+            row = {**parity.level_of(level), "engine": s.name,
                    "autoregressive tok/s": tables.spread_of(ar["agg_tok_s"].to_list(),
                                                             with_n=False) if ar.height else None,
-                   "autoregressive TTFT p50 (ms)": parity._mean(ar, "ttft_p50_ms"),
-                   "autoregressive TTFT p95 (ms)": parity._mean(ar, "ttft_p95_ms"),
+                   "autoregressive TTFT p50 (ms)": parity.mean_of(ar, "ttft_p50_ms"),
+                   "autoregressive TTFT p95 (ms)": parity.mean_of(ar, "ttft_p95_ms"),
                    "best speculative arm": arm,
                    "best speculative tok/s": tables.spread_of(sp["agg_tok_s"].to_list(),
                                                               with_n=False) if sp.height else None,
-                   "its tokens per step": parity._mean(sp, "acceptance_length"),
-                   "its TTFT p50 (ms)": parity._mean(sp, "ttft_p50_ms"),
+                   "its tokens per step": parity.mean_of(sp, "acceptance_length"),
+                   "its TTFT p50 (ms)": parity.mean_of(sp, "ttft_p50_ms"),
                    f"{me.name}'s autoregressive over this (ratio)": None,
                    f"{me.name}'s best over this (ratio)": None,
                    "note": ""}
             if s is not me:
-                row[f"{me.name}'s autoregressive over this (ratio)"] = parity._ratio(
-                    parity._mean(mine_ar, "agg_tok_s"), parity._mean(ar, "agg_tok_s"))
-                row[f"{me.name}'s best over this (ratio)"] = parity._ratio(
-                    parity._mean(mine_best, "agg_tok_s"), parity._mean(sp, "agg_tok_s"))
+                row[f"{me.name}'s autoregressive over this (ratio)"] = parity.ratio(
+                    parity.mean_of(mine_ar, "agg_tok_s"), parity.mean_of(ar, "agg_tok_s"))
+                row[f"{me.name}'s best over this (ratio)"] = parity.ratio(
+                    parity.mean_of(mine_best, "agg_tok_s"), parity.mean_of(sp, "agg_tok_s"))
             if not ar.height:
                 row["note"] = "no autoregressive cell at this level"
             out.append(row)
@@ -86,7 +86,7 @@ def rows(stores: list[parity.Store], subject: str) -> list[dict]:
 
 def table(stores: list[parity.Store], subject: str) -> Table:
     me = parity.reference_of(stores, subject)
-    return parity._shape(rows(stores, subject), (
+    return parity.reader_table(rows(stores, subject), (
         "Peer engines on the same weights and prompts, per level: the autoregressive arm and "
         "the speculative arm with the highest mean throughput there (mean (min-max) over "
         f"repeats), and {me.name}'s throughput over each engine's (a ratio)"))
@@ -115,10 +115,10 @@ def time_rows(stores: list[parity.Store]) -> list[dict]:
     out = []
     for level in _levels(stores):
         for s in stores:
-            ar = parity._at(s, {**level, "arm": NONE_ARM})
-            row = {**parity._levels(level), "engine": s.name}
+            ar = parity.cells_at(s, {**level, "arm": NONE_ARM})
+            row = {**parity.level_of(level), "engine": s.name}
             for title, col in TIME_COLUMNS.items():
-                v = parity._mean(ar, col) if ar.height and col in ar.columns else None
+                v = parity.mean_of(ar, col) if ar.height and col in ar.columns else None
                 row[title] = 1000.0 * v if v is not None and col == "e2e_p50_s" else v
             row["note"] = "" if ar.height else "no autoregressive cell at this level"
             out.append(row)
@@ -126,7 +126,7 @@ def time_rows(stores: list[parity.Store]) -> list[dict]:
 
 
 def time_table(stores: list[parity.Store]) -> Table:
-    return parity._shape(time_rows(stores), (
+    return parity.reader_table(time_rows(stores), (
         "Where the autoregressive arm's time goes, per engine and level: the client's TTFT, "
         "inter-token and end-to-end latency beside the engine's own histograms over the same "
         "cells (queue, prefill and decode are vLLM's per-request phases; SGLang counts its "
@@ -150,8 +150,8 @@ def targets(stores: list[parity.Store], subject: str,
     for streams, least in wanted.items():
         for s in peers:
             for level in (lv for lv in _levels(stores) if lv["concurrency"] == streams):
-                a = parity._mean(parity._at(me, {**level, "arm": NONE_ARM}), "agg_tok_s")
-                b = parity._mean(parity._at(s, {**level, "arm": NONE_ARM}), "agg_tok_s")
+                a = parity.mean_of(parity.cells_at(me, {**level, "arm": NONE_ARM}), "agg_tok_s")
+                b = parity.mean_of(parity.cells_at(s, {**level, "arm": NONE_ARM}), "agg_tok_s")
                 where = f"{level['workload']}, {tables.streams(streams)}"
                 if a is None or b is None:
                     lines.append(f"{where}: {me.name} against {s.name}: not measured "

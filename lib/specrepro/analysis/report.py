@@ -1,5 +1,5 @@
-"""The HTML index of executed notebooks: the seven claims and their verdicts in one table, the
-arms several notebooks measured, and each finding's figures.
+"""The HTML index of executed notebooks: the findings' claims and their verdicts in one table,
+the arms several notebooks measured, and each finding's figures.
 
 Design:
 - Reads the executed notebooks in the reports folder (`<nb>.ipynb`, papermill's output): the
@@ -13,8 +13,9 @@ Design:
   the notebook saved it to may lie elsewhere or be redrawn since), links only to files in
   the folder, and loads nothing from the network. PNGs left there by an earlier render and
   not shown now are removed, so the folder holds what the index shows.
-- Every notebook of the suite has a row, in the findings' order: one not executed, or
-  executed without a summary (it failed before), says so instead of dropping out.
+- Every finding of the registry (`specrepro/findings.yaml`) has a row, in its order: one
+  not executed (a suite that skips it, or not run yet), or executed without a summary (it
+  failed before), says so instead of dropping out.
 - The verdict is a word and a symbol; colour (colour-blind-safe backgrounds) only adds.
 - What measured it: the substrate lines of the summaries (this run's engine and hardware,
   and each article's), the generation time, the commit, and the params file the notebooks
@@ -26,7 +27,7 @@ Design:
   teaches; read from the output metadata `substrates` (`show.show_substrates`). A table of
   its own rather than three more columns in the claims table: that table is already eight
   fixed columns of one row per check with long values, and three more would squeeze each
-  to about 100 px at 1,400; seven rows by three substrates read at a glance, with room
+  to about 100 px at 1,400; a row per finding by three substrates reads at a glance, with room
   for the teaching lines.
 - The same arm measured by several notebooks: `arms_across.section`.
 - Every column a table shows is explained where it is read: a caption above the table with
@@ -48,11 +49,10 @@ from pathlib import Path
 
 import nbformat
 
-from specrepro import provenance
+from specrepro import findings, provenance
 from specrepro.analysis import arms_across
 from specrepro.analysis.finding import project_root
 from specrepro.analysis.substrates import SUITES
-from specrepro.params import NOTEBOOK_IDS
 
 FIGURES = "figures"  # the index's figures, under the reports folder
 
@@ -277,7 +277,7 @@ def _substrate_cell(sub: dict | None) -> str:
 
 
 def substrates_table(reports: list[Report]) -> str:
-    """The seven claims × the substrates: verdict symbols and the teaching line per finding."""
+    """The findings' claims × the substrates: verdict symbols and the teaching line per finding."""
     width = 14
     cols = ("<col style='width:12%'>" + f"<col style='width:{width}%'>" * len(SUITES)
             + f"<col style='width:{88 - width * len(SUITES)}%'>")
@@ -386,10 +386,10 @@ def render_index(reports: list[Report], links: dict[str, list[tuple[str, str | N
 
 def write_index(reports_dir: Path | str = "reports") -> Path:
     """index.html (and its figures/) over the executed notebooks in the folder, a row for
-    every notebook of the suite in the findings' order."""
+    every finding of the registry, in its order."""
     reports_dir = Path(reports_dir)
     reports = []
-    for nb in NOTEBOOK_IDS:
+    for nb in findings.IDS:
         executed = reports_dir / f"{nb}.ipynb"
         reports.append(read_report(executed) if executed.is_file() else Report(nb, nb, None))
     links = write_figures(reports, reports_dir)

@@ -40,6 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specrepro.analysis.cell_key import CELL, LEVEL
+
 OUTCOMES = ("holds", "holds in direction only", "does not hold", "not testable here")
 SYMBOLS = {"holds": "✓", "holds in direction only": "◐", "does not hold": "✗",
            "not testable here": "–"}
@@ -133,7 +135,7 @@ class Rule:
 
 # --------------------------------------------------------------------------- loading
 
-_SIDE_KEYS = {"arm", "workload", "concurrency", "temperature", "article_arm"}
+_SIDE_KEYS = {*CELL, "article_arm"}  # a side names an arm at a level, as the cells do
 _RULE_KEYS = {"claim", "kind", "metric", "a", "b", "direction", "band", "gate", "needs",
               "not_testable"}
 
@@ -156,9 +158,7 @@ def _mapping(raw: Any, keys: set[str], where: str, what: str = "a mapping") -> d
 def _side(raw: Any, nb: str, i: int, key: str, inherit: Side | None = None) -> Side:
     where = _where(nb, i, key)
     _mapping(raw, _SIDE_KEYS, where, "a mapping with 'arm'")
-    base = {} if inherit is None else {"workload": inherit.workload,
-                                       "concurrency": inherit.concurrency,
-                                       "temperature": inherit.temperature}
+    base = {} if inherit is None else {k: getattr(inherit, k) for k in LEVEL}
     merged = {**base, **raw}
     if not isinstance(merged.get("arm"), str):
         raise RuleError(f"{where}.arm: expected a study arm name, found {merged.get('arm')!r}")

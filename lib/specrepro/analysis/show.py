@@ -96,9 +96,9 @@ def untestable(f: Finding, claims: Claims) -> list[tuple[str, str]]:
     if slow:
         arms = ", ".join(f"{arm} ({b.text()})" for arm, b in slow)
         out.append(("speed, step time and energy (every check of throughput, step or joules)",
-                    f"host-bound: below {host_bound.THRESHOLD:.0%} busy the step is timed on "
-                    f"the engine's host code, not on the weight read the articles describe; "
-                    f"{arms}"))
+                    (f"host-bound: below {host_bound.THRESHOLD:.0%} busy the step is timed on "
+                     f"the engine's host code, not on the weight read the articles describe; "
+                     f"{arms}")))
     if not set(f.engines) & {"embedded", "transformers"}:
         return out
     where = devices(f.study)

@@ -53,7 +53,7 @@ from specrepro.analysis.finding import (
     project_root,
     stored_cells,
 )
-from specrepro.analysis.summary import _engine_words, card, engine_names, measured_substrate
+from specrepro.analysis.summary import card, engine_names, engine_words, measured_substrate
 from specrepro.analysis.summary import partial as partial_text
 from specrepro.analysis.verdicts import CheckResult, verdict
 from specrepro.params import ParamsError, load_suite, resolve_study
@@ -137,7 +137,7 @@ def replay(params_file: str | Path, notebook_id: str) -> Finding:
 
 
 def _tag(f: Finding) -> str:
-    words = [{"embedded": "the embedded engine"}.get(e, _engine_words(e)) for e in
+    words = [{"embedded": "the embedded engine"}.get(e, engine_words(e)) for e in
              dict.fromkeys(f.cells["engine"].drop_nulls().to_list())]
     where = card(f)
     where = ("the " + where.split("x ", 1)[1].replace("NVIDIA ", "") if not where.startswith("CPU")

@@ -35,7 +35,8 @@ from specrepro.published import load_arms, load_vocabulary
 ARTICLE_MODEL = "Qwen3.8-27B"
 
 
-def _engine_words(name: str) -> str:
+def engine_words(name: str) -> str:
+    """An engine's name as readers read it (published/vocabulary.csv), else the name."""
     vocab = load_vocabulary().filter((pl.col("kind") == "engine") & (pl.col("name") == name))
     return vocab["description"][0] if vocab.height else name
 
@@ -47,7 +48,7 @@ def article_substrate(claims: Claims) -> str:
     engines = []
     for row in used.select(["engine", "engine_version"]).unique(maintain_order=True).iter_rows():
         if row[0]:
-            engines.append(" ".join(p for p in (_engine_words(row[0]), row[1]) if p))
+            engines.append(" ".join(p for p in (engine_words(row[0]), row[1]) if p))
     cards = []
     for hw in used["hardware"].drop_nulls().unique(maintain_order=True).to_list():
         card = arms.filter(pl.col("arm") == f"hw_{hw}")
@@ -91,8 +92,8 @@ def engine_names(f: Finding) -> list[str]:
     engines = (f.cells.select(["engine", "engine_version"]).unique(maintain_order=True)
                .iter_rows())
     # the embedded engine reports "specrepro-embedded 0.1.0", vLLM and the peer a bare "0.26.0"
-    names = [(v if " " in v else f"{_engine_words(e)} {v}") if v
-             else f"{_engine_words(e)} (version unknown)" for e, v in engines if e]
+    names = [(v if " " in v else f"{engine_words(e)} {v}") if v
+             else f"{engine_words(e)} (version unknown)" for e, v in engines if e]
     return list(dict.fromkeys(names))
 
 

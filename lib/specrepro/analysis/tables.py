@@ -33,15 +33,14 @@ from dataclasses import dataclass
 import polars as pl
 
 from specrepro import metrics
+from specrepro.analysis.cell_key import CELL, LEVEL, READING
 from specrepro.analysis.text_quality import EXPLAIN, LOOP_NOTE, loop_flag
 from specrepro.data import STANDS_FOR
-
-LEVEL = ["label", "arm", "workload", "concurrency", "temperature"]
 
 
 def mean_over_repeats(cells: pl.DataFrame, values: list[str]) -> pl.DataFrame:
     """Mean (and run count) of each value per arm x workload x concurrency x temperature."""
-    return (cells.group_by(LEVEL, maintain_order=True)
+    return (cells.group_by(["label", *CELL], maintain_order=True)
             .agg([pl.col(v).mean() for v in values] + [pl.len().alias("runs")]))
 
 
@@ -50,14 +49,13 @@ def gain_over(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_s") -> p
     the same workload, concurrency and temperature."""
     means = mean_over_repeats(cells, [value])
     base = (means.filter(pl.col("arm") == baseline)
-            .select(["workload", "concurrency", "temperature", pl.col(value).alias("_base")]))
-    joined = means.join(base, on=["workload", "concurrency", "temperature"], how="left")
+            .select([*LEVEL, pl.col(value).alias("_base")]))
+    joined = means.join(base, on=LEVEL, how="left")
     gains = [metrics.relative_change_pct(v, b)
              for v, b in zip(joined[value].to_list(), joined["_base"].to_list(), strict=True)]
     return (joined.with_columns(pl.Series("change_pct", gains, dtype=pl.Float64))
             .rename({"_base": f"{value}_{baseline}"})
-            .select(["label", "arm", "workload", "concurrency", "temperature", value,
-                     f"{value}_{baseline}", "change_pct"]))
+            .select(["label", *CELL, value, f"{value}_{baseline}", "change_pct"]))
 
 
 def crossing(cells: pl.DataFrame, arm: str, baseline: str, value: str = "agg_tok_s"
@@ -239,7 +237,7 @@ class Table:
 
 
 ACCEPTANCE = ("acceptance_length", "draft_acceptance_rate")
-LEVEL_COLUMNS = {"workload": "workload", "concurrency": "streams", "temperature": "T"}
+LEVEL_COLUMNS = dict(zip(LEVEL, ("workload", "streams", "T"), strict=True))  # readers' names
 SPREAD_NOTE = "cells: mean over runs (min-max over the runs, n runs)"
 
 
@@ -249,7 +247,7 @@ def _level_values(key: str, value):
     return f"{value:g}" if key == "temperature" and value is not None else value
 
 
-def varying_levels(frame: pl.DataFrame, keys=tuple(LEVEL_COLUMNS)) -> tuple[list[str], str]:
+def varying_levels(frame: pl.DataFrame, keys=LEVEL) -> tuple[list[str], str]:
     """The level keys whose value varies in `frame` (to show as columns) and the constant
     ones in words (for the caption): 'humaneval, 1 stream, T=0'."""
     shown, fixed = [], []
@@ -272,7 +270,7 @@ def _level_cells(row: dict, shown: list[str]) -> dict:
     return {LEVEL_COLUMNS[k]: _level_values(k, row[k]) for k in shown}
 
 
-def _groups(cells: pl.DataFrame, keys: list[str]):
+def _groups(cells: pl.DataFrame, keys: list[str] | tuple[str, ...]):
     for key, part in cells.group_by(keys, maintain_order=True):
         yield dict(zip(keys, key, strict=True)), part
 
@@ -286,10 +284,9 @@ def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | Non
     shown, fixed = varying_levels(cells)
     cells = text_columns(cells)
     labels = list(dict.fromkeys(cells["label"].to_list()))
-    keys = ["workload", "temperature", "concurrency"]
     accept = value in ACCEPTANCE
     rows = []
-    for level, at in _groups(cells.sort(keys), keys):
+    for level, at in _groups(cells.sort(READING), READING):
         row = _level_cells(level, shown)
         for label in labels:
             mine = at.filter(pl.col("label") == label)
@@ -305,7 +302,7 @@ def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | Non
     cap = caption or f"{name(value)} per arm; {SPREAD_NOTE}"
     notes = ()
     if accept:  # repetition is easy to draft: say how much there was, at every level
-        at_level = [at for _, at in _groups(cells.sort(keys), keys)]
+        at_level = [at for _, at in _groups(cells.sort(READING), READING)]
         for row, at in zip(rows, at_level, strict=True):
             row.update({f"{name(t)}, all arms": spread_of(at[t].to_list(), scale(t),
                                                           with_n=False) for t in TEXT})
@@ -322,9 +319,8 @@ def change_by_streams(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_
     base_label = cells.filter(pl.col("arm") == baseline)["label"]
     base_label = base_label[0] if base_label.len() else baseline
     labels = list(dict.fromkeys(cells.filter(pl.col("arm") != baseline)["label"].to_list()))
-    keys = ["workload", "temperature", "concurrency"]
     rows = []
-    for level, at in _groups(cells.sort(keys), keys):
+    for level, at in _groups(cells.sort(READING), READING):
         base = at.filter(pl.col("arm") == baseline)[value].drop_nulls()
         b = base.mean() if base.len() else None
         row = _level_cells(level, shown)
@@ -344,7 +340,7 @@ def per_arm(cells: pl.DataFrame, values: list[str], caption: str = "") -> Table:
     cells = text_columns(cells)
     values = with_text(values)  # an acceptance figure never without its text columns
     rows = []
-    for level, part in _groups(cells, ["label", *LEVEL_COLUMNS]):
+    for level, part in _groups(cells, ["label", *LEVEL]):
         row = {"arm": level["label"], **_level_cells(level, shown)}
         for v in values:
             row[name(v)] = spread_of(part[v].to_list(), scale(v), with_n=False)
@@ -371,10 +367,10 @@ def bill_table(cells: pl.DataFrame, with_power: bool = True) -> Table:
 def spread_table(cells: pl.DataFrame, value: str = "agg_tok_s") -> Table:
     """Run-to-run spread per arm and temperature: runs, mean (min-max), standard deviation
     and coefficient of variation of `value`, with acceptance and repetition beside."""
-    shown, fixed = varying_levels(cells, ("workload", "concurrency", "temperature"))
+    shown, fixed = varying_levels(cells, LEVEL)
     cells = text_columns(cells)
     rows = []
-    for level, part in _groups(cells, ["label", *LEVEL_COLUMNS]):
+    for level, part in _groups(cells, ["label", *LEVEL]):
         vals = part[value].drop_nulls()
         mean = vals.mean() if vals.len() else None
         sd = vals.std() if vals.len() > 1 else None
@@ -398,7 +394,6 @@ def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[st
     shown, fixed = varying_levels(pair)
     label = {a: pair.filter(pl.col("arm") == a)["label"][0] for a in (arm, reference)
              if pair.filter(pl.col("arm") == a).height}
-    keys = ["workload", "temperature", "concurrency"]
     out = []
     # an acceptance table is followed by the text columns' tables (with_text), and carries
     # the loop mark and their words
@@ -406,7 +401,7 @@ def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[st
         share = scale(v) == 100.0  # a share: its difference in points, not a change of a %
         head = "difference (points)" if share else "change (%)"
         rows = []
-        for level, at in _groups(pair.sort(keys), keys):
+        for level, at in _groups(pair.sort(READING), READING):
             ref_at = at.filter(pl.col("arm") == reference)
             arm_at = at.filter(pl.col("arm") == arm)
             ref = spread_of(ref_at[v].to_list(), scale(v))

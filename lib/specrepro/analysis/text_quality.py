@@ -26,8 +26,7 @@ import polars as pl
 
 from specrepro import metrics
 
-if TYPE_CHECKING:  # the verdict hook passes a Finding and a Rule; nothing here builds them
-    from specrepro.analysis.finding import Finding
+if TYPE_CHECKING:  # the verdict hook passes a Rule; nothing here builds one
     from specrepro.analysis.rules import Rule
 
 # Metrics that count drafts the target kept: on loops they measure repetition.
@@ -89,11 +88,11 @@ def _pct(values) -> str:
     return f"{lo:.0f} %" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} %"
 
 
-def _side_cells(f: Finding, side) -> pl.DataFrame:
+def _side_cells(cells: pl.DataFrame, side) -> pl.DataFrame:
     """The cells a rule's side reads from: its arm at its workload and temperature where it
     names them, at its level where that is a number (lowest / highest: every level, since
     greedy outputs barely change with load)."""
-    cells = f.cells.filter(pl.col("arm") == side.arm)
+    cells = cells.filter(pl.col("arm") == side.arm)
     if side.workload is not None:
         cells = cells.filter(pl.col("workload") == side.workload)
     if side.temperature is not None:
@@ -103,14 +102,16 @@ def _side_cells(f: Finding, side) -> pl.DataFrame:
     return cells
 
 
-def loop_reason(f: Finding, rule: Rule) -> str:
-    """Why a check's inputs are loops ('' when none is): per side whose cells are flagged,
-    the arm, how many cells loop, their repeated 4-grams and requests cut at max_tokens."""
+def loop_reason(finding_cells: pl.DataFrame, rule: Rule) -> str:
+    """Why a check's inputs (a finding's cells) are loops ('' when none is): per side whose
+    cells are flagged, the arm, how many cells loop, their repeated 4-grams and requests cut
+    at max_tokens. It takes the cells, not the Finding, so that finding.py may import this
+    module (`with_length_share`) without a cycle."""
     parts = []
     for side in (rule.a, rule.b):
         if side is None:
             continue
-        cells = _side_cells(f, side)
+        cells = _side_cells(finding_cells, side)
         if not cells.height:
             continue
         shares = cells["repeated_4gram_share"].to_list()

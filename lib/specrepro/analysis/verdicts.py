@@ -6,14 +6,8 @@ Design:
 - Each check gives one of four outcomes (rules.OUTCOMES), the article's value and the
   measured one as text (with the level and temperature each was taken at), the ratio of the
   measured effect to the article's, and the rule in words, so a reader sees why.
-- A side's level resolves per side: `lowest` / `highest` is the lowest / highest
-  concurrency the study declares for both arms, which must then have been measured for both
-  (a partial store, a run stopped at its deadline, makes such a check not testable here,
-  naming the level, rather than judging it at a lower one); with no declared levels (a
-  finding built by hand), the lowest / highest at which both arms were measured; on the measured side and, separately, in
-  the article (which may have reached 16 streams where this study stops at 8: both are
-  named). A published figure matches a measured one at the same workload (claims.yaml
-  `workloads` maps names) and temperature (or claims.yaml `published_temperature`).
+- What a check compares, each side's values at the level it resolves to, measured and
+  published, is analysis/check_sides.py's; this module turns them into outcomes and words.
 - The finding's outcome is judged over the article's checks only: any check that does not
   hold makes it "does not hold"; all tested checks holding makes it "holds"; some holding
   in direction only, "holds in direction only"; none testable, "not testable here".
@@ -23,24 +17,29 @@ Design:
 
 from __future__ import annotations
 
-import functools
 import operator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from specrepro import metrics
-from specrepro.analysis import host_bound, noise, substitute_gates, tables
+from specrepro.analysis import host_bound, noise, substitute_gates, tables, text_quality
+from specrepro.analysis.check_sides import (
+    Measured,
+    NotTestable,
+    arm_cells,
+    article_pair,
+    article_single,
+    measured_pair,
+    published_runs,
+)
 from specrepro.analysis.claims import Claims, claims_for
-from specrepro.analysis.finding import Finding, declared_cells, devices
+from specrepro.analysis.finding import Finding, devices
 from specrepro.analysis.gates import evaluate_gate
-from specrepro.analysis.overlay import choose
 from specrepro.analysis.rules import OUTCOMES, SYMBOLS, Rule, Side
 from specrepro.analysis.same_drafts import same_drafts
-from specrepro.analysis import text_quality
-from specrepro.published import load_gates, load_published
+from specrepro.published import load_gates
 
-STATS = ("value", "mean", "approx")
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
 
@@ -98,220 +97,6 @@ class Verdict:
         return f"{self.outcome} ({', '.join(parts) or 'no checks'} of {len(own)} checks)"
 
 
-class _Untestable(Exception):
-    """A check cannot be evaluated on this run; the message says why."""
-
-
-# ------------------------------------------------------------------ measured side
-
-
-@dataclass
-class _Measured:
-    values: list[float]
-    workload: str | None
-    concurrency: int | None
-    temperature: float | None
-
-    @property
-    def mean(self) -> float:
-        return sum(self.values) / len(self.values)
-
-    @property
-    def lo(self) -> float:
-        return min(self.values)
-
-    @property
-    def hi(self) -> float:
-        return max(self.values)
-
-
-def _arm_cells(f: Finding, arm: str) -> pl.DataFrame:
-    if arm not in {a.name for a in f.study.arms}:
-        raise _Untestable(f"this suite's study has no arm {arm!r}")
-    cells = f.cells.filter(pl.col("arm") == arm)
-    if not cells.height:
-        raise _Untestable(f"arm {arm!r} has no successful measurement")
-    return cells
-
-
-def _only(cells: pl.DataFrame, column: str, wanted, what: str):
-    have = sorted(set(cells[column].drop_nulls().to_list()))
-    if wanted is not None:
-        if wanted not in have:
-            raise _Untestable(f"{what} {wanted!r} was not measured (measured: {have})")
-        return wanted
-    if len(have) != 1:
-        raise _Untestable(f"the check names no {what} and the study measured {have}")
-    return have[0]
-
-
-def _resolve(f: Finding, side: Side, other: Side | None) -> tuple[pl.DataFrame, dict]:
-    """The cells of one side at its workload and temperature, and the levels both sides share."""
-    cells = _arm_cells(f, side.arm)
-    workload = _only(cells, "workload", side.workload, "workload")
-    temp = _only(cells, "temperature", side.temperature, "temperature")
-    part = cells.filter((pl.col("workload") == workload) & (pl.col("temperature") == temp))
-    levels = set(part["concurrency"].to_list())
-    declared = _declared_levels(f, side.arm, workload, temp)
-    if other is not None:
-        oc = _arm_cells(f, other.arm)
-        ow = _only(oc, "workload", other.workload or side.workload, "workload")
-        ot = _only(oc, "temperature", other.temperature, "temperature")
-        levels &= set(oc.filter((pl.col("workload") == ow) & (pl.col("temperature") == ot))
-                      ["concurrency"].to_list())
-        declared &= _declared_levels(f, other.arm, ow, ot)
-    return part, {"workload": workload, "temperature": temp, "levels": sorted(levels),
-                  "declared": sorted(declared)}
-
-
-def _declared_levels(f: Finding, arm: str, workload: str, temp: float) -> set[int]:
-    """The concurrency levels the finding's study declares for one arm, workload and
-    temperature."""
-    d = declared_cells(f.study)
-    return set(d.filter((pl.col("arm") == arm) & (pl.col("workload") == workload)
-                        & (pl.col("temperature") == temp))["concurrency"].to_list())
-
-
-def _level(wanted, levels: list[int], where: str, declared: list[int] = (),
-           empty_ok: bool = False) -> int | None:
-    if wanted == "any":
-        return None
-    if wanted in ("lowest", "highest") and declared:
-        level = declared[0] if wanted == "lowest" else declared[-1]
-        if level not in levels and not empty_ok:
-            raise _Untestable(
-                f"{where}: the {wanted} level this study declares for both arms, {level} "
-                f"streams, has no successful measurement of both (cells missing from the "
-                f"store; both measured at: {', '.join(map(str, levels)) or 'no level'})")
-        return level
-    if not levels:
-        raise _Untestable(f"{where}: no concurrency level has both arms measured")
-    if wanted == "lowest":
-        return levels[0]
-    if wanted == "highest":
-        return levels[-1]
-    if wanted not in levels and not empty_ok:
-        raise _Untestable(f"{where}: {wanted} streams were not measured (measured: {levels})")
-    return wanted
-
-
-def _measure(f: Finding, side: Side, other: Side | None, metric: str,
-             empty_ok: bool = False) -> _Measured:
-    """One side's values over repeats (empty_ok: its level, even with no values, so the
-    article's twin can still be named)."""
-    part, at = _resolve(f, side, other)
-    level = _level(side.concurrency, at["levels"], side.arm, at["declared"], empty_ok)
-    if level is not None:
-        part = part.filter(pl.col("concurrency") == level)
-    words, _, factor = tables.NAMES[metric]
-    vals = [float(v) * factor for v in part[metric].drop_nulls().to_list()]
-    if not vals and not empty_ok:
-        raise _Untestable(f"{words} of {side.arm!r} was not measured on this run")
-    return _Measured(vals, at["workload"], level, at["temperature"])
-
-
-def _pair(f: Finding, rule: Rule, empty_ok: bool = False, claims: Claims | None = None
-          ) -> tuple[_Measured, _Measured]:
-    """Both sides of a rule, each at the levels the two share. With the claims, a `lowest`
-    / `highest` rule is taken at the article's own level of it where this study declares
-    that level for both arms (the article's 8-stream +78 % beside the measured 8 streams,
-    not 1; a declared level with no measurement is not testable, as `_level` says)."""
-    ma, mb = (_measure(f, rule.a, rule.b, rule.metric, empty_ok),
-              _measure(f, rule.b, rule.a, rule.metric, empty_ok))
-    try:
-        level = _article_rows(claims, rule, ma, mb)[2] if claims else None
-    except _Untestable:  # no published twin: the study's own level
-        level = None
-    if not isinstance(level, int) or level == ma.concurrency or level not in _resolve(
-            f, rule.a, rule.b)[1]["declared"]:
-        return ma, mb
-    a, b = (replace(s, concurrency=level) for s in (rule.a, rule.b))
-    return (_measure(f, a, b, rule.metric, empty_ok), _measure(f, b, a, rule.metric, empty_ok))
-
-
-# ------------------------------------------------------------------- article side
-
-
-@functools.cache
-def _published() -> pl.DataFrame:
-    return load_published()
-
-
-def _article_arm(claims: Claims, side: Side) -> str:
-    arm = side.article_arm or claims.arms.get(side.arm)
-    if arm is None:
-        raise _Untestable(f"claims.yaml maps no published arm to {side.arm!r}")
-    return arm
-
-
-def _pub_rows(claims: Claims, arm: str, metric: str, m: _Measured, side: Side,
-              stats=STATS) -> pl.DataFrame:
-    """Published rows of one arm and metric at the measured side's workload and
-    temperature (claims.yaml's published_temperature where it is set)."""
-    rows = claims.comparable(_published()).filter(
-        (pl.col("arm") == arm) & (pl.col("metric") == metric) & pl.col("stat").is_in(list(stats)))
-    if side.concurrency == "any":  # an arm-level fact (KV pool): no level
-        return rows.filter(pl.col("concurrency").is_null())
-    temp = side.temperature if side.temperature is not None else \
-        claims.compared_temperature(m.temperature)
-    work = claims.published_workload(m.workload)
-    return rows.filter((pl.col("workload") == work) & (pl.col("temperature") == temp)
-                       & pl.col("concurrency").is_not_null())
-
-
-def _choose(rows: pl.DataFrame, claims: Claims) -> dict:
-    """Of several published rows for one point, the one the overlay compares too."""
-    return choose(rows.to_dicts(), claims)[0]
-
-
-def _article_level(wanted, levels: list[int]):
-    """`lowest` / `highest` resolved on the article's own levels; a number or `any` as is."""
-    if wanted in ("lowest", "highest") and levels:
-        return levels[0] if wanted == "lowest" else levels[-1]
-    return wanted
-
-
-def _article_rows(claims: Claims, rule: Rule, ma: _Measured, mb: _Measured):
-    """The article's rows of a and b (no single repeats) and the level the rule names,
-    resolved on the levels the article prints both at."""
-    pa = _pub_rows(claims, _article_arm(claims, rule.a), rule.metric, ma, rule.a)
-    pb = _pub_rows(claims, _article_arm(claims, rule.b), rule.metric, mb, rule.b)
-    pa, pb = pa.filter(pl.col("repeat").is_null()), pb.filter(pl.col("repeat").is_null())
-    return pa, pb, _article_level(rule.a.concurrency, sorted(
-        set(pa["concurrency"].to_list()) & set(pb["concurrency"].to_list())))
-
-
-def _article_pair(claims: Claims, rule: Rule, ma: _Measured, mb: _Measured
-                  ) -> tuple[float, float, int | None, float | None]:
-    """The article's values of a and b at the level the rule names (resolved on the
-    article's own levels), with that level and temperature."""
-    pa, pb, level = _article_rows(claims, rule, ma, mb)
-    if rule.a.concurrency == "any":
-        if not pa.height or not pb.height:
-            raise _Untestable("the article prints no such figure for both arms")
-        ra, rb = _choose(pa, claims), _choose(pb, claims)
-        return ra["value"], rb["value"], None, (None, None)
-    pa, pb = pa.filter(pl.col("concurrency") == level), pb.filter(pl.col("concurrency") == level)
-    if not pa.height or not pb.height:
-        raise _Untestable(f"the article prints no {tables.NAMES[rule.metric][0]} of both "
-                          f"arms at {rule.a.concurrency} streams")
-    ra, rb = _choose(pa, claims), _choose(pb, claims)
-    return ra["value"], rb["value"], level, (ra["temperature"], rb["temperature"])
-
-
-def _article_single(claims: Claims, side: Side, metric: str, m: _Measured) -> float:
-    """The article's value of one arm at the side's level (on the article's own levels)."""
-    rows = _pub_rows(claims, _article_arm(claims, side), metric, m, side) \
-        .filter(pl.col("repeat").is_null())
-    level = _article_level(side.concurrency,
-                           sorted(set(rows["concurrency"].drop_nulls().to_list())))
-    if level != "any":
-        rows = rows.filter(pl.col("concurrency") == level)
-    if not rows.height:
-        raise _Untestable(f"the article prints no {tables.NAMES[metric][0]} of "
-                          f"{_article_arm(claims, side)!r} there")
-    return _choose(rows, claims)["value"]
-
 
 # ---------------------------------------------------------------------- formatting
 
@@ -332,7 +117,7 @@ def _at(level: int | None, temp: float | None, other_temp: float | None = None) 
     return "; " + ", ".join(parts) if parts else ""
 
 
-def _runs(m: _Measured, unit: str) -> str:
+def _runs(m: Measured, unit: str) -> str:
     if len(m.values) == 1:
         return f"{_num(m.mean, unit)} (1 run)"
     if m.lo == m.hi:
@@ -341,7 +126,7 @@ def _runs(m: _Measured, unit: str) -> str:
             f"{len(m.values)} runs)")
 
 
-def _noise(f: Finding, rule: Rule, metric: str, ma: _Measured, mb: _Measured) -> noise.Noise:
+def _noise(f: Finding, rule: Rule, metric: str, ma: Measured, mb: Measured) -> noise.Noise:
     """The check's noise band: the cells' spread and the A/A twins' (analysis/noise.py), both
     relative, so the metric's table scale cancels."""
     return noise.measure(f, metric, [(s.arm, m.values, m.workload, m.temperature, m.concurrency)
@@ -351,20 +136,20 @@ def _noise(f: Finding, rule: Rule, metric: str, ma: _Measured, mb: _Measured) ->
 # ------------------------------------------------------------------------ the kinds
 
 
-def _measured_change(ma: _Measured, mb: _Measured, unit: str) -> tuple[float, str]:
+def _measured_change(ma: Measured, mb: Measured, unit: str) -> tuple[float, str]:
     """The relative change of a's mean from b's (%), and it in words with both sides' runs."""
     change = metrics.relative_change_pct(ma.mean, mb.mean)
     if change is None:
-        raise _Untestable("the reference arm measured zero")
+        raise NotTestable("the reference arm measured zero")
     return change, (f"{change:+.1f}% ({_runs(ma, unit)} against {_runs(mb, unit)}"
                     f"{_at(ma.concurrency, ma.temperature, mb.temperature)})")
 
 
-def _article_change(claims: Claims, rule: Rule, ma: _Measured, mb: _Measured
+def _article_change(claims: Claims, rule: Rule, ma: Measured, mb: Measured
                     ) -> tuple[float | None, str]:
     """The article's change between the rule's arms (%), and it in words."""
     unit = tables.NAMES[rule.metric][1]
-    va, vb, level, temp = _article_pair(claims, rule, ma, mb)
+    va, vb, level, temp = article_pair(claims, rule, ma, mb)
     change = metrics.relative_change_pct(va, vb)
     return change, (f"{change:+.1f}% ({_num(va, unit)} against {_num(vb, unit)}"
                     f"{_at(level, *temp)})")
@@ -372,7 +157,7 @@ def _article_change(claims: Claims, rule: Rule, ma: _Measured, mb: _Measured
 
 def _compare(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
     unit = tables.NAMES[rule.metric][1]
-    ma, mb = _pair(f, rule, claims=claims)
+    ma, mb = measured_pair(f, rule, claims=claims)
     change, measured = _measured_change(ma, mb, unit)
     nz = _noise(f, rule, rule.metric, ma, mb)
     tie = nz.tie(change)
@@ -382,16 +167,16 @@ def _compare(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
                       noise=nz.text())
     try:
         art_change, res.article = _article_change(claims, rule, ma, mb)
-    except _Untestable as why:
+    except NotTestable as why:
         art_change, res.article = None, f"not printed ({why})"
     if rule.direction == "same":  # its own band decides; noise never makes it hold
         band = rule.band.within
         if band is None and nz.band_pct is None:
-            raise _Untestable("a 'same' claim needs a band or measured noise, and this one "
+            raise NotTestable("a 'same' claim needs a band or measured noise, and this one "
                               "has neither (1 run each, no A/A twin)")
         ok = abs(change) <= (band if band is not None else nz.band_pct)
         if ok and band is not None and nz.band_pct is not None and nz.band_pct > band:
-            raise _Untestable(f"inside the claim's band (within {band:g}%), but the noise "
+            raise NotTestable(f"inside the claim's band (within {band:g}%), but the noise "
                               f"(±{nz.band_pct:.1f}%) is wider than it: this suite cannot tell "
                               "the same from different at that scale")
         res.outcome = "holds" if ok else "does not hold"
@@ -416,28 +201,14 @@ def _compare(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
     return res
 
 
-def _published_runs(claims: Claims, side: Side, metric: str, m: _Measured) -> list[float]:
-    """The article's runs of one arm: its printed repeats, else a printed min and max."""
-    arm = _article_arm(claims, side)
-    reps = _pub_rows(claims, arm, metric, m, side, stats=("value",)) \
-        .filter(pl.col("repeat").is_not_null())
-    if reps.height:
-        return reps["value"].to_list()
-    rng = _published().filter((pl.col("arm") == arm) & (pl.col("metric") == metric)
-                              & pl.col("stat").is_in(["min", "max"]))
-    if claims.comparable(rng).height == 2:
-        return sorted(rng["value"].to_list())
-    raise _Untestable(f"the article prints no runs of {arm!r}" + claims.set_aside(rng))
-
-
 def _rel_range(vals: list[float]) -> float:
     return (max(vals) - min(vals)) / (sum(vals) / len(vals))
 
 
 def _spread(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
-    ma, mb = _pair(f, rule)
+    ma, mb = measured_pair(f, rule)
     if len(ma.values) < 2 or len(mb.values) < 2:
-        raise _Untestable("a spread needs at least two runs of each arm "
+        raise NotTestable("a spread needs at least two runs of each arm "
                           f"({len(ma.values)} and {len(mb.values)} measured)")
     ra, rb = _rel_range(ma.values), _rel_range(mb.values)
     ratio = ra / rb if rb else float("inf")
@@ -446,15 +217,15 @@ def _spread(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
                                f"{len(ma.values)} and {len(mb.values)} runs"
                                f"{_at(ma.concurrency, ma.temperature)})")
     try:
-        pa = _published_runs(claims, rule.a, rule.metric, ma)
+        pa = published_runs(claims, rule.a, rule.metric, ma)
         res.article = f"{_rel_range(pa):.2f} (runs {', '.join(_num(v) for v in pa)})"
-        pb = _published_runs(claims, rule.b, rule.metric, mb)  # a's stay where b has none
+        pb = published_runs(claims, rule.b, rule.metric, mb)  # a's stay where b has none
         art = _rel_range(pa) / _rel_range(pb)
         res.article = (f"{_rel_range(pa):.2f} against {_rel_range(pb):.2f} (ratio {art:.2f}; "
                        f"runs {', '.join(_num(v) for v in pa)} against "
                        f"{', '.join(_num(v) for v in pb)})")
         res.ratio = ratio / art
-    except _Untestable as why:
+    except NotTestable as why:
         res.article = f"{res.article} against " * bool(res.article) + f"not printed ({why})"
     wider = ratio > 1 if rule.direction == "higher" else ratio < 1
     res.outcome = "holds" if wider else "does not hold"
@@ -463,19 +234,19 @@ def _spread(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
 
 def _straddle(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
     unit = tables.NAMES[rule.metric][1]
-    ma, mb = _pair(f, rule)
+    ma, mb = measured_pair(f, rule)
     res = CheckResult(rule.claim, "does not hold", rule=rule.text(),
                       measured=f"runs {_num(ma.lo)}–{_num(ma.hi, unit)} ({len(ma.values)}) "
                                f"against a mean of {_num(mb.mean, unit)}"
                                f"{_at(ma.concurrency, ma.temperature)}")
     try:
-        pa = _published_runs(claims, rule.a, rule.metric, ma)
-        vb = _article_single(claims, rule.b, rule.metric, mb)
+        pa = published_runs(claims, rule.a, rule.metric, ma)
+        vb = article_single(claims, rule.b, rule.metric, mb)
         res.article = f"runs {_num(min(pa))}–{_num(max(pa), unit)} against {_num(vb, unit)}"
-    except _Untestable as why:
+    except NotTestable as why:
         res.article = f"not printed ({why})"
     if len(ma.values) < 2:
-        raise _Untestable("one run: no spread to straddle with")
+        raise NotTestable("one run: no spread to straddle with")
     if ma.lo < mb.mean < ma.hi:
         res.outcome = "holds"
     else:
@@ -505,14 +276,14 @@ def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
                       article=_gate_article(rule))
     arm = reverse.get(g["arm"])
     if arm is None:
-        raise _Untestable(f"no study arm stands for the article's {g['arm']!r}")
+        raise NotTestable(f"no study arm stands for the article's {g['arm']!r}")
     level = g["concurrency"] if g["concurrency"] is not None else "any"
     side = Side(arm=arm, workload=g["workload"], concurrency=level,
                 temperature=g["temperature"])
     if g["metric"] == "agg_tok_s_change_pct":
         ref = Side(arm=reverse.get(g["baseline_arm"], g["baseline_arm"]), workload=g["workload"],
                    concurrency=level, temperature=g["temperature"])
-        ma, mb = _pair(f, Rule(rule.claim, metric="agg_tok_s", a=side, b=ref))
+        ma, mb = measured_pair(f, Rule(rule.claim, metric="agg_tok_s", a=side, b=ref))
         value, res.measured = _measured_change(ma, mb, tables.NAMES["agg_tok_s"][1])
         passes = _OPS[g["op"]](value, g["threshold"])
         nz = _noise(f, Rule(rule.claim, metric="agg_tok_s", a=side, b=ref), "agg_tok_s",
@@ -521,11 +292,11 @@ def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
         if passes and g["threshold"] > 0 and nz.tie(value):
             passes, res.reason = False, f"the gain is inside the noise band, ±{nz.band_pct:.1f}%"
     elif g["metric"] == "gsm8k_correct":
-        part = _arm_cells(f, arm).filter(pl.col("workload") == "gsm8k")
+        part = arm_cells(f, arm).filter(pl.col("workload") == "gsm8k")
         if level != "any":
             part = part.filter(pl.col("concurrency") == level)
         if not part.height or part["gsm8k_n"].drop_nulls().sum() == 0:
-            raise _Untestable(f"GSM8K was not graded at {level} streams on arm {arm!r}")
+            raise NotTestable(f"GSM8K was not graded at {level} streams on arm {arm!r}")
         right, n = part["gsm8k_strict_correct"].sum(), part["gsm8k_n"].sum()
         denom = int(g["unit"].split("/")[1])
         value = right / n
@@ -534,10 +305,10 @@ def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
                         f"({g['threshold'] / denom:.0%})")
     else:
         words, unit, _ = tables.NAMES[g["metric"]]
-        part = _arm_cells(f, arm)
+        part = arm_cells(f, arm)
         vals = part[g["metric"]].drop_nulls()
         if not vals.len():
-            raise _Untestable(f"{words} was not measured")
+            raise NotTestable(f"{words} was not measured")
         value = float(vals.max())
         passes = _OPS[g["op"]](value, g["threshold"])
         res.measured = f"{_num(value, unit)} at most over the arm's cells"
@@ -597,8 +368,8 @@ def _article_only(f: Finding, claims: Claims, rule: Rule) -> str:
     if rule.kind != "compare":
         return ""
     try:
-        return _article_change(claims, rule, *_pair(f, rule, True, claims))[1]
-    except _Untestable:
+        return _article_change(claims, rule, *measured_pair(f, rule, True, claims))[1]
+    except NotTestable:
         return ""
 
 
@@ -609,7 +380,7 @@ def _not_testable_beside(f: Finding, claims: Claims, rule: Rule, why: str) -> Ch
     try:
         seen = KIND[rule.kind](f, claims, rule)
         res.article, res.measured, res.noise = seen.article, seen.measured, seen.noise
-    except _Untestable:
+    except NotTestable:
         pass
     return res
 
@@ -643,7 +414,7 @@ def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
         return _not_testable_beside(f, claims, rule, why)
     try:
         return KIND[rule.kind](f, claims, rule)
-    except _Untestable as why:
+    except NotTestable as why:
         return CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=str(why),
                            article=_article_only(f, claims, rule))
 
@@ -656,7 +427,7 @@ def _with_loops(f: Finding, rule: Rule, res: CheckResult) -> CheckResult:
     effect = text_quality.loops_decide(rule)
     if effect is None or res.outcome == "not testable here":
         return res
-    why = text_quality.loop_reason(f, rule)
+    why = text_quality.loop_reason(f.cells, rule)
     if not why:
         return res
     if effect == "decide":

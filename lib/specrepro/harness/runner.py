@@ -47,7 +47,7 @@ Design:
   acceptance-only arms share one GPU, each engine on a port of its own (say so in the
   study: speed measured beside other engines is not a speed figure).
 - At the session's end the store merges the session's part files into one file per table
-  (`results.ResultStore.end_session`).
+  (`store.ResultStore.end_session`).
 - A deadline (`Deadline`: `--deadline-s S`, `--until TIME`) ends the run cleanly before it,
   for machines that are taken back. A cell starts only if the time left exceeds the longest
   cell of this session (stored and archived) or the declared `--cell-bound-s`, whichever is

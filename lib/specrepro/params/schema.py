@@ -25,6 +25,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue, field_validator
 
+from specrepro import findings
 from specrepro.params.engine_kinds import ATTACHABLE_NAMES, ENGINE_NAMES, KINDS, names_where
 from specrepro.params.errors import Expect, Problem
 from specrepro.params.strict import PositiveFloat, PositiveInt, Strict
@@ -235,15 +236,7 @@ class ResolvedStudy(Study):
                 for w in self.workloads if w.form == "chat"]
 
 
-NOTEBOOK_IDS = (
-    "01_drafter_block_sweep",
-    "02_temperature_spread",
-    "03_target_precision",
-    "04_engine_comparison",
-    "05_fp8_drafter_gates",
-    "06_draft_schedule_under_load",
-    "07_the_bill",
-)
+NOTEBOOK_IDS = findings.IDS  # the keys a suite's `notebooks:` may bind: the registry's ids
 
 
 class NotebookBinding(Strict):

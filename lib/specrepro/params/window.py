@@ -35,6 +35,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from specrepro.params.engine_kinds import KINDS
 from specrepro.params.strict import Strict
 
 INTERLEAVE = ("auto", "restart", "side_by_side")
@@ -81,7 +82,7 @@ class Window(Strict):
             return False
         if self.workloads is not None and workload not in self.workloads:
             return False
-        return engine != "transformers"
+        return not KINDS[engine].in_process  # an in-process peer serves one request at a time
 
     def checks(self, workloads: list[str]) -> list[tuple[tuple, str]]:
         """Its workloads must be the study's (`workloads`); its longest span not below its
