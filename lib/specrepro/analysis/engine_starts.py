@@ -3,7 +3,7 @@ the engine itself said at start-up, beside the numbers it then served.
 
 Design: every launch the runner makes leaves an `engines` entry in its session of the
 manifest (harness/arm_engine.py), with `startup`: what the engine's own log said
-(harness/startup_logs.py), i.e. its KV pool, the full-length requests that pool holds, a
+(each engine adapter's log patterns, harness/engines/), i.e. its KV pool, the full-length requests that pool holds, a
 running-request cap where the engine prints one (SGLang), the attention backend and the
 kernels it chose (vLLM's "Using MarlinNvFp4LinearKernel for NVFP4 GEMM" on a GPU with no FP4
 tensor cores: article B's "zero Marlin" check turned around; "Selected
