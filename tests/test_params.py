@@ -461,9 +461,11 @@ def test_h200_engine_profiles_state_what_changes_the_numbers(path: Path):
     assert (p.drafter.id if p.drafter else None) == (want and want.format(engine=p.engine))
     # a quantized drafter says so after its draft count (the target's precision: below)
     suffix = f"-{spec.quantization}-drafter" if spec.quantization else ""
-    if p.name.endswith("-schedule"):
-        assert spec.num_speculative_tokens_per_batch_size == [[1, 12, 7], [13, 32, 3]]
-        assert spec.draft_tokens_at(p.flags["max-num-seqs"]) == 3
+    if p.name.endswith("-schedule"):  # article B's schedule, its top the profile's slots
+        top = p.flags["max-num-seqs"]
+        assert spec.num_speculative_tokens_per_batch_size == [[1, 12, 7], [13, top, 3]]
+        assert top == (256 if standin else 32)
+        assert spec.draft_tokens_at(top) == 3
     else:  # the draft count the name says
         assert p.name.endswith(f"-k{spec.num_speculative_tokens}{suffix}")
         assert spec.num_speculative_tokens_per_batch_size is None
@@ -499,7 +501,13 @@ def test_h200_engine_profiles_cover_every_method_and_draft_count():
     assert standin == {"vllm-0.26-standin-none", "vllm-0.26-standin-dummy-none",
                        "vllm-0.26-standin-dflash-k7", "vllm-0.26-standin-eagle-k3",
                        "sglang-0.5.14-standin-none", "sglang-0.5.14-standin-dflash-k7",
-                       "sglang-0.5.14-standin-eagle-k3"}
+                       "sglang-0.5.14-standin-eagle-k3",
+                       # issue 31's suite (params/h200-standin.yaml): 01's and 06's draft
+                       # counts and schedule, 03's FP8 target, 05's FP8 drafter
+                       "vllm-0.26-standin-dflash-k3", "vllm-0.26-standin-dflash-k4",
+                       "vllm-0.26-standin-dflash-k5", "vllm-0.26-standin-dflash-schedule",
+                       "vllm-0.26-fp8-standin-dflash-k7",
+                       "sglang-0.5.14-standin-dflash-k7-fp8-drafter"}
 
 
 @pytest.mark.parametrize("name, target, drafter", [
@@ -507,6 +515,10 @@ def test_h200_engine_profiles_cover_every_method_and_draft_count():
     ("vllm-0.26-dflash-k7-fp8-drafter", None, "fp8"),
     ("sglang-0.5.14-dflash-k7-fp8-drafter", None, "fp8"),
     ("vllm-nvfp4-0.26-dflash-k7", None, None),  # NVFP4 is in the checkpoint, not a flag
+    # the stand-in's (params/h200-standin.yaml), against the stand-in's BF16 arm
+    ("vllm-0.26-fp8-standin-dflash-k7", "fp8", None),
+    ("sglang-0.5.14-standin-dflash-k7-fp8-drafter", None, "fp8"),
+    ("vllm-nvfp4-0.26-standin-dflash-k7", None, None),
 ])
 def test_h200_quantized_arms_render_their_precision_and_nothing_else(name, target, drafter):
     """The precision arms of notebooks 03 and 05 reach the engine's command line as the one
@@ -517,7 +529,10 @@ def test_h200_quantized_arms_render_their_precision_and_nothing_else(name, targe
     from specrepro.harness.engines import adapter_for
 
     p = params.load_profile(PARAMS / "profiles" / f"{name}.yaml")
+    standin = "-standin-" in name
     bf16 = {"vllm": "vllm-0.26-dflash-k7", "sglang": "sglang-0.5.14-dflash-k7"}[p.engine]
+    if standin:
+        bf16 = bf16.replace("-dflash-", "-standin-dflash-")
     base = params.load_profile(PARAMS / "profiles" / f"{bf16}.yaml")
     argv, base_argv = adapter_for(p).render_argv(p), adapter_for(base).render_argv(base)
     flag = lambda a, f: a[a.index(f) + 1] if f in a else None
@@ -532,7 +547,10 @@ def test_h200_quantized_arms_render_their_precision_and_nothing_else(name, targe
         assert flag(argv, "--speculative-draft-model-quantization") == drafter
     assert p.flags | {"quantization": None} == base.flags | {"quantization": None}
     assert p.hardware == base.hardware and p.command == base.command and p.env == base.env
-    assert (p.model.id == "build/nvfp4-target") == name.startswith("vllm-nvfp4-")
+    nvfp4 = "build/standin-nvfp4" if standin else "build/nvfp4-target"
+    assert (p.model.id == nvfp4) == name.startswith("vllm-nvfp4-")
+    if not name.startswith("vllm-nvfp4-"):
+        assert p.model == base.model
 
 
 def test_the_h200_engines_suite_binds_every_notebook_and_its_studies():
@@ -641,6 +659,101 @@ def test_the_h200_engines_article_b_arms():
                      "05_fp8_drafter_gates": 2 * (3 * 3 + 1),
                      "07_the_bill": 3 * 3 * 3}
     assert [st.concurrency for st in studies.values()] == [[1, 8], [1, 8, 32], [1, 8, 32]]
+
+
+def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
+    """Issue 31's suite (prepared, not measured): all seven notebooks on the stand-in
+    (build/standin) as params/h200-engines.yaml binds them on the small target, vLLM 0.26.0
+    but for 04's engine B and 05 (SGLang 0.5.14), the articles' temperatures and levels and
+    beyond to the crossover, at least 32 prompts, one steady window sized for the card."""
+    suite = params.load_suite(PARAMS / "h200-standin.yaml")
+    assert suite.results_path == (ROOT / "results" / "h200-standin").resolve()
+    assert suite.substrate is not None and "22.54 GB" in suite.substrate.summary
+    assert {e: b.share for e, b in suite.substrate.busy.items()} == {
+        "vllm": 0.98, "sglang": 1.0, "embedded": 0.93}
+    for busy in suite.substrate.busy.values():
+        assert (ROOT / busy.source).is_file(), busy.source
+    studies = params.resolve_all(suite)
+    assert list(studies) == list(params.NOTEBOOK_IDS)
+    for nb, st in studies.items():
+        for a in st.arms:
+            p = a.resolved
+            assert p.model.id in ("build/standin/target", "build/standin-nvfp4"), (nb, a.name)
+            assert p.drafter is None or p.drafter.id.startswith("build/standin/"), (nb, a.name)
+            assert p.engine_version == {"vllm": "0.26.0", "sglang": "0.5.14"}[p.engine]
+        assert all(w.n >= 32 for w in st.workloads), nb
+        # the suite's window on every notebook that declares one (02 is one stream only)
+        if nb == "02_temperature_spread":
+            assert st.window is None
+            continue
+        assert st.window is not None and st.window.timing() == {
+            "skip_s": 5.0, "window_s": 10.0, "turnovers": 3, "max_window_s": 30.0,
+            "cap_spread": 0.5}, nb
+    engines = {nb: {a.name: a.resolved.engine for a in st.arms} for nb, st in studies.items()}
+    assert engines.pop("04_engine_comparison") == {
+        "engine-a-none": "vllm", "engine-a-spec": "vllm",
+        "engine-b-none": "sglang", "engine-b-spec": "sglang"}
+    assert set(engines.pop("05_fp8_drafter_gates").values()) == {"sglang"}
+    assert all(set(e.values()) == {"vllm"} for e in engines.values())
+    levels = {nb: st.concurrency for nb, st in studies.items()}
+    assert levels == {"01_drafter_block_sweep": [1, 2, 4, 8, 16, 32, 64, 128],
+                      "02_temperature_spread": [1], "03_target_precision": [1, 8],
+                      "04_engine_comparison": [1, 8], "05_fp8_drafter_gates": [1, 8, 32],
+                      "06_draft_schedule_under_load": [1, 8, 32, 64, 128],
+                      "07_the_bill": [1, 8, 32, 128]}
+    temperatures = {nb: [s.temperature for s in st.sampling] for nb, st in studies.items()}
+    assert temperatures.pop("01_drafter_block_sweep") == [0.7]  # article A's
+    assert temperatures.pop("02_temperature_spread") == [0.7, 1.0]
+    assert all(t == [0.0] for t in temperatures.values())  # article B's greedy
+    cells = {nb: sum(1 for _ in st.cells()) for nb, st in studies.items()}
+    assert cells == {"01_drafter_block_sweep": 4 * 8 * 3, "02_temperature_spread": 4 * 2 * 4,
+                     "03_target_precision": 3 * (2 * 3 + 1 + 1),
+                     "04_engine_comparison": 4 * 3 * 3, "05_fp8_drafter_gates": 2 * (3 * 3 + 1),
+                     "06_draft_schedule_under_load": 6 * 5 * 3, "07_the_bill": 3 * 4 * 3}
+    windowed = {nb: sum(st.windowed(c) for c in st.cells()) for nb, st in studies.items()}
+    assert windowed == {"01_drafter_block_sweep": 4 * 7 * 3, "02_temperature_spread": 0,
+                        "03_target_precision": 3 * 3, "04_engine_comparison": 4 * 2 * 3,
+                        "05_fp8_drafter_gates": 2 * 2 * 3,
+                        "06_draft_schedule_under_load": 6 * 4 * 3, "07_the_bill": 3 * 3 * 3}
+    # the arms are h200-engines' arms by name and baseline, so claims and gates read alike
+    engines_suite = params.resolve_all(params.load_suite(PARAMS / "h200-engines.yaml"))
+    for nb, st in studies.items():
+        theirs = [a.name for a in engines_suite[nb].arms]
+        assert [a.name for a in st.arms][:len(theirs)] == theirs, nb
+        assert st.baseline == engines_suite[nb].baseline, nb
+        assert st.gates == engines_suite[nb].gates, nb
+    # 03: one drafter, three precisions of the stand-in; 05: one drafter, FP8 asked of SGLang
+    precision = {a.name: (a.resolved.flags.get("quantization"), a.resolved.model.id,
+                          a.resolved.drafter.id, a.resolved.speculative.num_speculative_tokens)
+                 for a in studies["03_target_precision"].arms}
+    assert precision == {
+        "target-bf16": (None, "build/standin/target", "build/standin/vllm/dflash", 7),
+        "target-nvfp4": (None, "build/standin-nvfp4", "build/standin/vllm/dflash", 7),
+        "target-fp8": ("fp8", "build/standin/target", "build/standin/vllm/dflash", 7)}
+    assert [(a.resolved.drafter.id, a.resolved.speculative.quantization)
+            for a in studies["05_fp8_drafter_gates"].arms] == [
+        ("build/standin/sglang/dflash", None), ("build/standin/sglang/dflash", "fp8")]
+    # 07: the KV pool of each arm at one memory setting (the slots set graphs, not the pool)
+    memory = {tuple(a.resolved.flags.get(k) for k in ("gpu-memory-utilization",
+                                                      "max-model-len", "kv-cache-dtype"))
+              for a in studies["07_the_bill"].arms}
+    assert memory == {(0.6, 4096, "auto")}
+    # 06: every level within every arm's request slots, and each schedule's k at each level
+    six = studies["06_draft_schedule_under_load"]
+    assert all(a.resolved.flags["max-num-seqs"] >= max(six.concurrency) for a in six.arms)
+    drafts = {a.name: [a.resolved.speculative.draft_tokens_at(c) if a.resolved.speculative
+                       else 0 for c in six.concurrency] for a in six.arms}
+    assert drafts == {"none": [0] * 5, "static-k3": [3] * 5, "static-k7": [7] * 5,
+                      "schedule": [7, 7, 3, 3, 3], "schedule-zero-tail": [7, 7, 0, 0, 0],
+                      "schedule-crossover": [7, 7, 7, 7, 0]}
+    # the peer studies, run only when named: each engine alone, windowed like the notebooks
+    assert list(suite.studies) == ["peer-vllm", "peer-sglang", "peer-embedded"]
+    for sid, engine in (("peer-vllm", "vllm"), ("peer-sglang", "sglang"),
+                        ("peer-embedded", "embedded")):
+        st = params.resolve_study(suite, sid)
+        assert {a.resolved.engine for a in st.arms} == {engine}, sid
+        assert st.concurrency == [1, 8, 32, 128] and st.window is not None, sid
+        assert all(a.resolved.model.id == "build/standin/target" for a in st.arms), sid
 
 
 def test_the_h200_engines_results_are_not_git_ignored():

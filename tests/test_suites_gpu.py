@@ -23,6 +23,8 @@ SUITES = {
     # notebook 04's second engine is the in-process transformers peer, on the same card
     "h200-embedded.yaml": ("embedded", "transformers"),
     "h200-engines.yaml": ("vllm", "sglang"),
+    # the stand-in (issue 31): the real engines, and the embedded engine in its peer study
+    "h200-standin.yaml": ("vllm", "sglang", "embedded"),
 }
 CARD_SAMPLING = (1.0, 0.95, 20)  # the DFlash 2 model card's sampling (article B)
 
@@ -85,6 +87,7 @@ def test_only_the_gb10_suite_skips_and_only_what_article_a_lacks():
     assert skipped_notebooks("rtx-pro-6000.yaml") == set()
     assert skipped_notebooks("h200.yaml") == set()
     assert skipped_notebooks("h200-embedded.yaml") == set()
+    assert skipped_notebooks("h200-standin.yaml") == set()
     assert skipped_notebooks("dgx-spark-gb10.yaml") == {
         "03_target_precision", "04_engine_comparison", "05_fp8_drafter_gates",
         "06_draft_schedule_under_load"}
