@@ -38,8 +38,7 @@ def main() -> int:
                     argv = ["<no argv: not an HTTP server>"]
                 print(f"argv {path.name} {nb} {arm.name} {json.dumps(argv)}")
             for cell in study.cells():
-                version = cell.arm.resolved.engine_version if hasattr(
-                    cell.arm, "resolved") else None
+                version = cell.arm.resolved.engine_version  # a resolved study's arms
                 print(f"cell {path.name} {nb} {identity.cell_id(study, cell, version)}")
     return 0
 
