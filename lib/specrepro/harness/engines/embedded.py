@@ -46,7 +46,7 @@ class EmbeddedAdapter(VLLMAdapter):
         """The profile's `threads`, else the server's own default: 1 on the CPU device
         (serve.engine_threads), torch's on cuda (as many as it is given)."""
         for key, value in profile.flags.items():
-            if flag_name(key) == "--threads" and value is not None:
+            if flag_name(key) == self.threads_flag and value is not None:
                 return int(value)
         device = next((v for k, v in profile.flags.items() if flag_name(k) == "--device"), "cpu")
         return 1 if device == "cpu" else None
