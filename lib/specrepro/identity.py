@@ -8,6 +8,8 @@ Design:
   settings (a windowed cell's adds its window's timing, `measurement`: declaring a window
   changes only the ids of the cells it covers). The runner keys the results store by it, and the notebooks' loader recomputes it
   to keep out stored rows that were measured under other parameters; both call `cell_id`.
+  `shared_key` is the same less the arm's name: two studies' cells with one key are one
+  measurement (a command measures it once and files it under each study).
 - `digest(*parts, **fields)`: sorted-key compact JSON, sha256, first 16 hex digits (the
   store's cell ids). `params_hash(obj)`: the profile hash a run's manifest records (sorted-key
   JSON with the default separators; kept apart from `digest` because stored manifests carry
@@ -120,6 +122,16 @@ def cell_identity(study: Any, cell: Any, engine_version: str | None) -> dict:
 def cell_id(study: Any, cell: Any, engine_version: str | None) -> str:
     """The results store's key for a cell measured on an engine of this version."""
     return digest(cell_identity(study, cell, engine_version))
+
+
+def shared_key(study: Any, cell: Any, engine_version: str | None) -> str:
+    """What two studies' cells must share to be one measurement: the cell's identity less
+    its arm's name (the resolved profile stays, and so do the workload, level, sampling,
+    repeat, seed, engine version and measurement settings). A command that runs several
+    studies measures such a cell once and files it under each (harness/shared_cells.py)."""
+    ident = cell_identity(study, cell, engine_version)
+    ident["arm"] = {"profile": ident["arm"]["profile"]}
+    return digest(ident)
 
 
 # --------------------------------------------------------------------- model fingerprint

@@ -10,6 +10,12 @@ Design:
   baseline group comes before its other groups (their cells compare outputs with the
   baseline's stored ones). The runner walks the groups once per round of repeats
   (runner.py, engine_pool.py).
+- An A/A twin (an arm declared `noise_of: <arm>`, params/study.py) is its arm started
+  again and measured again: twins never ride on their arm's start. They form groups of
+  their own (one per resolved profile: the twins of several studies share that second
+  start) placed after every other group of the round, so a twin's cells come a whole
+  round of other engines after its arm's, and the A/A difference holds what an engine
+  start and the time between them change.
 - Duck-typed on the runner's per-study state (`study`, `arms()`), so it imports nothing
   of the runner.
 """
@@ -28,9 +34,19 @@ _Run = Any  # runner._Run: a study of the run, its arms to run (`arms()`: baseli
 def chosen_arms(studies: Sequence[ResolvedStudy], arms: Sequence[str] = (),
                 engines_: Sequence[str] = ()) -> list[set[str]]:
     """Per study, the arms a run measures: those named (--arm; all where none is) whose
-    profile runs on an engine named (--engine; any where none is); names checked first."""
-    for study in studies:
-        check_arms(study, arms)
+    profile runs on an engine named (--engine; any where none is); names checked first.
+    With several studies a name need only be an arm of one of them (06's `static-k7` and
+    07's `mtp-control` in one command); a study none of whose arms is named runs none."""
+    if len(studies) == 1:
+        check_arms(studies[0], arms)
+    else:
+        have = {a.name for study in studies for a in study.arms}
+        unknown = [a for a in arms if a not in have]
+        if unknown:
+            names = ", ".join(st.name for st in studies)
+            raise ParamsError([Problem("--arm", "arms", f"--arm: expected an arm of one of "
+                                       f"{names} ({', '.join(sorted(have))}), found "
+                                       f"{unknown[0]!r}")])
     check_engines(studies, engines_)
     return [{a.name for a in study.arms if (not arms or a.name in arms)
              and (not engines_ or a.resolved.engine in engines_)} for study in studies]
@@ -67,12 +83,14 @@ def launch_groups(ctxs: Sequence[_Run]) -> list[list[tuple[_Run, ResolvedArm]]]:
     compared with the baseline's stored outputs), otherwise in order of first appearance;
     where studies' baselines contradict each other (A's baseline is B's other arm and back)
     the first appearance decides."""
-    keyed: dict[tuple[str, str], list[tuple[_Run, ResolvedArm]]] = {}
+    keyed: dict[tuple[str, str, bool], list[tuple[_Run, ResolvedArm]]] = {}
     for ctx in ctxs:
         for arm in ctx.arms():  # baseline first
-            key = (identity.profile_hash(arm.resolved), ctx.study.placement)
+            twin = getattr(arm, "noise_of", None) is not None  # its own start (docstring)
+            key = (identity.profile_hash(arm.resolved), ctx.study.placement, twin)
             keyed.setdefault(key, []).append((ctx, arm))
-    groups = list(keyed.values())
+    # twins' groups last: stable, so each part keeps its order of first appearance
+    groups = sorted(keyed.values(), key=lambda g: getattr(g[0][1], "noise_of", None) is not None)
     where = {(id(ctx), arm.name): i for i, g in enumerate(groups) for ctx, arm in g}
     after: dict[int, set[int]] = {i: set() for i in range(len(groups))}  # i runs after these
     for ctx in ctxs:
@@ -82,9 +100,12 @@ def launch_groups(ctxs: Sequence[_Run]) -> list[list[tuple[_Run, ResolvedArm]]]:
             for arm in arms[1:]:
                 if where[(id(ctx), arm.name)] != first:
                     after[where[(id(ctx), arm.name)]].add(first)
+    twins = {i for i, g in enumerate(groups) if getattr(g[0][1], "noise_of", None) is not None}
     order: list[int] = []
     while len(order) < len(groups):
         left = [i for i in range(len(groups)) if i not in order]
+        if len(twins & set(left)) < len(left):  # every other group before any twin's
+            left = [i for i in left if i not in twins]
         ready = [i for i in left if after[i] <= set(order)]
         order.append(min(ready or left))
     return [groups[i] for i in order]

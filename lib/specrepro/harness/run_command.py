@@ -158,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     code = 0
     for (study, store), summary in zip(stores, summaries):
+        shared = f", {summary.shared} shared with another study" if summary.shared else ""
         print(f"{study.name}: {summary.ok} ok, {summary.failed} failed, {summary.skipped} "
-              f"already done, {summary.interrupted} interrupted -> {store.root}")
+              f"already done{shared}, {summary.interrupted} interrupted -> {store.root}")
         for err in summary.errors:
             print(f"  error: {err}", file=sys.stderr)
         code = max(code, summary.exit_code, key=EXIT_RANK.__getitem__)

@@ -18,7 +18,9 @@ Design:
   (`round`, `sequence`: its position among the command's measured cells, `launch`: the
   engine start that served it). Each study keeps its own session; one that ran on another study's engine
   start says so in its engine entry (`shared_launch`) and keeps its own copy of that
-  launch's log. The row's figures come from `cells.py` (which takes each formula from
+  launch's log. A cell another study of the command has measured (same resolved profile,
+  workload, level, sampling, repeat and seed) is not measured again: its attempt is filed
+  under this study too, `shared_from` naming the one measured (shared_cells.py). The row's figures come from `cells.py` (which takes each formula from
   `metrics.py`); nothing is computed here. `run_study` is the one-study case.
 - Cell identity (`specrepro.identity.cell_id`) includes the engine version, known only once
   the engine answers. To skip an arm whose cells are all done without launching it, the
@@ -111,6 +113,7 @@ from specrepro.harness.launch_plan import (  # noqa: F401 (check_arms: the comma
     launch_groups,
 )
 from specrepro.harness.loadgen import LoadConfig, LoadGenerator, LoadResult, RequestRecord
+from specrepro.harness.shared_cells import SharedCells
 from specrepro.params import (
     Cell,
     ParamsError,
@@ -140,6 +143,7 @@ class RunSummary:
     failed: int = 0
     interrupted: int = 0
     skipped: int = 0
+    shared: int = 0  # filed from another study's measurement of the same cell (shared_cells.py)
     errors: list[str] = field(default_factory=list)
     stopped: str | None = None
     signal: str | None = None
@@ -212,6 +216,7 @@ class _Run:
     round: int = 0
     sequence: list[int] = field(default_factory=lambda: [0])
     launch: int | None = None
+    shared: SharedCells | None = None  # the command's cells measured once for several studies
 
     def fits(self) -> bool:
         """Whether one more cell ends before the deadline."""
@@ -312,6 +317,9 @@ def _run_all(ctxs: Sequence[_Run], root: Path, command: list[str] | None) -> Non
             "arms_run": sorted(ctx.chosen) if len(ctx.chosen) < len(ctx.study.arms) else None})
         if ctx.archive is not None:
             ctx.archive.add(ctx.store)
+    shared = SharedCells(ctxs)
+    for ctx in ctxs:
+        ctx.shared = shared
     ctxs[0].save()
     stopped = None
     pool = EnginePool(keep)
@@ -370,11 +378,15 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
         version = live.eng.version if live is not None else known_version(ctx.store, arm)
         ctx.versions[arm.name] = version
         cells = [c for c in ctx.cells_of(arm) if c.repeat == rnd]
+        copied = 0
+        if ctx.shared is not None:  # another study measured them: filed, no engine needed
+            copied = ctx.shared.fill(ctx, arm, cells, version)
+            ctx.summary.shared += copied
         pending = sum(identity.cell_id(ctx.study, c, version) not in ctx.done for c in cells)
         later += sum(identity.cell_id(ctx.study, c, version) not in ctx.done
                      for c in ctx.cells_of(arm) if c.repeat > rnd)
         if not pending or key in pool.dead:  # dead: left for a re-run, said once already
-            ctx.summary.skipped += len(cells) if not pending else 0
+            ctx.summary.skipped += len(cells) - copied if not pending else 0
             ctx.bar.update(len(cells))
         else:
             todo.append((ctx, arm, cells))
@@ -479,8 +491,14 @@ def run_arm(ctx: _Run, eng: ArmEngine, cells: Sequence[Cell]) -> None:
     for cell in cells:
         cid = identity.cell_id(ctx.study, cell, eng.version)
         if cid in ctx.done:
-            summary.skipped += 1
+            if ctx.shared is None or cid not in ctx.shared.filed:  # filed: counted as shared
+                summary.skipped += 1
             ctx.bar.update(1)
+            continue
+        if ctx.shared is not None and ctx.shared.fill(ctx, eng.arm, [cell], eng.version):
+            summary.shared += 1  # measured a moment ago for another study of the command
+            ctx.bar.update(1)
+            ctx.save()
             continue
         if not ctx.fits():
             raise _AtDeadline
@@ -492,6 +510,8 @@ def run_arm(ctx: _Run, eng: ArmEngine, cells: Sequence[Cell]) -> None:
         setattr(summary, status, getattr(summary, status) + 1)
         if status == "ok":
             ctx.done.add(cid)
+            if ctx.shared is not None:
+                ctx.shared.add(ctx, cell, cid, eng.version)
         ctx.bar.update(1)
         ctx.save()
         ctx.cell_s.append(time.monotonic() - started)

@@ -107,3 +107,8 @@ ADDED_COLUMNS |= {"timing", "window_start_s", "window_turnovers_min", "window_re
                   "window_running_start", "window_running_end", "window_waiting_start",
                   "window_waiting_end", "window_all_busy", "round", "sequence", "launch",
                   "stream"}
+
+# issue 37: a cell measured once for several studies of one command (harness/shared_cells.py):
+# `<study>/<cell_id>` of the attempt measured, on the copies filed under the other studies
+CELL_SCHEMA |= {"shared_from": _S}
+ADDED_COLUMNS |= {"shared_from"}
