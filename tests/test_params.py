@@ -464,7 +464,7 @@ def test_h200_engine_profiles_state_what_changes_the_numbers(path: Path):
     if p.name.endswith("-schedule"):  # article B's schedule, its top the profile's slots
         top = p.flags["max-num-seqs"]
         assert spec.num_speculative_tokens_per_batch_size == [[1, 12, 7], [13, top, 3]]
-        assert top == (256 if standin else 32)
+        assert top == (128 if standin else 32)  # the stand-in's: the suite's top level
         assert spec.draft_tokens_at(top) == 3
     else:  # the draft count the name says
         assert p.name.endswith(f"-k{spec.num_speculative_tokens}{suffix}")
@@ -709,12 +709,16 @@ def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
     assert cells == {"01_drafter_block_sweep": 4 * 8 * 3, "02_temperature_spread": 4 * 2 * 4,
                      "03_target_precision": 3 * (2 * 3 + 1 + 1),
                      "04_engine_comparison": 4 * 3 * 3, "05_fp8_drafter_gates": 2 * (3 * 3 + 1),
-                     "06_draft_schedule_under_load": 6 * 5 * 3, "07_the_bill": 3 * 4 * 3}
+                     # one round and A/A twins of two arms at the lowest and highest level
+                     "06_draft_schedule_under_load": 6 * 5 + 2 * 2,
+                     "07_the_bill": 3 * 4 + 2 * 2}
     windowed = {nb: sum(st.windowed(c) for c in st.cells()) for nb, st in studies.items()}
     assert windowed == {"01_drafter_block_sweep": 4 * 7 * 3, "02_temperature_spread": 0,
                         "03_target_precision": 3 * 3, "04_engine_comparison": 4 * 2 * 3,
                         "05_fp8_drafter_gates": 2 * 2 * 3,
-                        "06_draft_schedule_under_load": 6 * 4 * 3, "07_the_bill": 3 * 3 * 3}
+                        # every cell, one stream included (the window's min_concurrency 1)
+                        "06_draft_schedule_under_load": 6 * 5 + 2 * 2,
+                        "07_the_bill": 3 * 4 + 2 * 2}
     # the arms are h200-engines' arms by name and baseline, so claims and gates read alike
     engines_suite = params.resolve_all(params.load_suite(PARAMS / "h200-engines.yaml"))
     for nb, st in studies.items():
@@ -745,7 +749,20 @@ def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
                        else 0 for c in six.concurrency] for a in six.arms}
     assert drafts == {"none": [0] * 5, "static-k3": [3] * 5, "static-k7": [7] * 5,
                       "schedule": [7, 7, 3, 3, 3], "schedule-zero-tail": [7, 7, 0, 0, 0],
-                      "schedule-crossover": [7, 7, 7, 7, 0]}
+                      "schedule-crossover": [7, 7, 7, 7, 0],
+                      "none-aa": [0] * 5, "static-k7-aa": [7] * 5}
+    # the twins: their arms again, at the lowest and the highest level only
+    for nb, twins in (("06_draft_schedule_under_load", {"none-aa": "none",
+                                                        "static-k7-aa": "static-k7"}),
+                      ("07_the_bill", {"none-aa": "none", "dflash-k7-aa": "dflash-k7"})):
+        st = studies[nb]
+        assert {a.name: a.noise_of for a in st.arms if a.noise_of} == twins, nb
+        for twin in twins:
+            assert sorted({c.concurrency for c in st.cells() if c.arm.name == twin}) == [
+                min(st.concurrency), max(st.concurrency)], (nb, twin)
+    # 06 and 07 share their common cells: the same seed, window and one round
+    six, seven = studies["06_draft_schedule_under_load"], studies["07_the_bill"]
+    assert (six.seed, six.repeats, six.window) == (seven.seed, seven.repeats, seven.window)
     # the peer studies, run only when named: each engine alone, windowed like the notebooks
     assert list(suite.studies) == ["peer-vllm", "peer-sglang", "peer-embedded"]
     for sid, engine in (("peer-vllm", "vllm"), ("peer-sglang", "sglang"),
@@ -771,3 +788,30 @@ def test_the_h200_engines_results_are_not_git_ignored():
     assert not ignored("results/default/01_drafter_block_sweep/default/manifest.json")
     assert not ignored("results/h200-embedded/01_drafter_block_sweep/h200-embedded/manifest.json")
     assert ignored("results/rtx-pro-6000/01_drafter_block_sweep/rtx-pro-6000/manifest.json")
+
+
+def test_the_standin_vllm_profiles_capture_graphs_for_the_suites_levels_only():
+    """Issue 37: request slots at the suite's top level, and CUDA graphs captured for the
+    batch sizes its cells run at (each level times 1 + the arm's drafts there), so an
+    engine start captures no graph a cell never uses and every level has its own."""
+    suite = params.load_suite(PARAMS / "h200-standin.yaml")
+    studies = params.resolve_all(suite)
+    levels = sorted({c for st in studies.values() for c in st.concurrency})
+    assert levels == [1, 2, 4, 8, 16, 32, 64, 128]
+    seen = 0
+    for nb, st in studies.items():
+        for arm in st.arms:
+            p = arm.resolved
+            if p.engine != "vllm":
+                continue
+            seen += 1
+            assert p.flags["max-num-seqs"] == max(levels), (nb, arm.name)
+            graphs = p.flags["compilation-config"]
+            assert graphs["cudagraph_mode"] == "FULL_AND_PIECEWISE", (nb, arm.name)
+            spec = p.speculative
+            need = {c * (1 + (spec.draft_tokens_at(c) if spec else 0)) for c in levels}
+            captured = set(graphs["cudagraph_capture_sizes"])
+            assert need <= captured, (nb, arm.name, sorted(need - captured))
+            if not (spec and spec.num_speculative_tokens_per_batch_size):
+                assert captured == need, (nb, arm.name)  # nothing else
+    assert seen  # the vLLM arms of 01-04, 06 and 07

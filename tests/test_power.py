@@ -123,3 +123,45 @@ def test_busy_share_on_the_cpu_is_the_engine_trees_cpu_time(monkeypatch):
     # a spinning child gets a core on an idle machine (~1.0); the shared 2-core box under
     # load gave it 0.45: the test asks only that the two are told apart
     assert shares["spin"] > 0.2 and shares["sleep"] < 0.05, shares
+
+
+class SteppedNVML(FakeNVML):
+    """A card at 100 W that draws 700 W between t0 + 0.3 s and t0 + 0.9 s (a cell's load
+    between its skip and its drain); the counter integrates exactly that."""
+
+    HIGH = (0.3, 0.9)
+
+    def _watts(self, t):
+        lo, hi = self.HIGH
+        return 700.0 if lo <= t - self.t0 < hi else 100.0
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._watts(time.monotonic()) * 1000
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        dt = time.monotonic() - self.t0
+        lo, hi = self.HIGH
+        high = min(max(dt - lo, 0.0), hi - lo)
+        return (100.0 * (dt - high) + 700.0 * high) * 1000  # mJ
+
+
+def test_energy_and_power_cover_the_measured_span_only(monkeypatch):
+    """A windowed cell counts its tokens inside the window: its joules must be the
+    window's too, not the skip's and the drain's around it (tokens per joule)."""
+    fake = SteppedNVML(energy_counter=True)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = power.PowerSampler(interval_s=0.05).start()
+    time.sleep(1.2)
+    span = (fake.t0 + 0.4, fake.t0 + 0.8)  # inside the 700-W stretch
+    inside = sampler.stop(span=span)
+    assert inside.energy_source == "nvml_energy_counter"
+    assert inside.duration_s == pytest.approx(0.4, abs=1e-6)
+    # the counter is read every 0.05 s: the edges are interpolated inside flat draw
+    assert inside.power_w_mean == pytest.approx(700.0, rel=0.02)
+    assert inside.energy_j == pytest.approx(700.0 * 0.4, rel=0.02)
+    fake.t0 = time.monotonic()
+    whole = power.PowerSampler(interval_s=0.05).start()
+    time.sleep(1.2)
+    rep = whole.stop()  # no span: start to stop, skip and drain included
+    assert rep.power_w_mean < 500 and rep.energy_j == pytest.approx(
+        100.0 * rep.duration_s + 600.0 * 0.6, rel=0.05)

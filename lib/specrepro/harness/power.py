@@ -8,6 +8,14 @@ Design:
 - Energy comes from the card's own counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ since
   driver load) where every watched card has one, else from ∫ power dt (trapezoids over the
   samples); `PowerReport.energy_source` says which.
+- Over the measured span (`stop(span=(a, b))`, the load's monotonic bounds: a steady
+  window's opening and closing scrapes, or the first send and last end): the counter is
+  read at every sample, and its value at a and b is interpolated between the readings
+  around each edge, so energy and mean power cover exactly the span the tokens were
+  counted over (tokens per joule). Without a span, start to stop. A steady window's edges
+  fall inside steady load, where the draw is flat between two readings; the skip and the
+  drain around it (up to half of a short windowed cell at 700 W against 80 W idle) no
+  longer count against the window's tokens.
 - Without NVML (no library, no driver, no device) the sampler is off: every GPU figure is
   None (never 0) and `note` says why ("no NVML device: power not measured"); the runner puts
   the note in the manifest.
@@ -148,6 +156,7 @@ class PowerSampler:
         self._util: list[float] = []  # NVML utilization per sample, mean over devices (%)
         self._cpu0: float | None = None  # the engine tree's CPU seconds at start
         self._energy0: float | None = None
+        self._energy: list[tuple[float, float]] = []  # (t, the counter in mJ) per sample
         self._t0 = self._t1 = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -171,13 +180,15 @@ class PowerSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> PowerReport:
+    def stop(self, span: tuple[float, float] | None = None) -> PowerReport:
+        """The report from start to stop, its energy and mean power over `span` (monotonic
+        bounds inside them) where given (module docstring)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 5)
         self._sample()
         self._t1 = time.monotonic()
-        report = self._report()
+        report = self._report(span)
         if self._nv is not None:
             self._nv.nvmlShutdown()
             self._nv = None
@@ -206,7 +217,12 @@ class PowerSampler:
                 self._util.append(sum(util) / len(util))
             except (nv.NVMLError, ZeroDivisionError):
                 pass
-        self._samples.append((time.monotonic(), watts, mib))
+        now = time.monotonic()
+        self._samples.append((now, watts, mib))
+        if self._energy0 is not None:
+            mj = self._energy_mj()
+            if mj is not None:
+                self._energy.append((now, mj))
         if self.pid is not None:
             rss = process_tree_rss(self.pid)
             if rss is not None:
@@ -221,7 +237,7 @@ class PowerSampler:
 
     # -- report
 
-    def _report(self) -> PowerReport:
+    def _report(self, span: tuple[float, float] | None = None) -> PowerReport:
         rep = PowerReport(duration_s=self._t1 - self._t0, n_samples=len(self._samples),
                           note=self.note)
         if self.pid is not None:
@@ -243,19 +259,48 @@ class PowerSampler:
         mems = [m for _, _, m in self._samples if m is not None]
         if mems:
             rep.peak_mem_mib, rep.mem_used_mib = max(mems), mems[-1]
+        if span is not None and span[1] > span[0]:
+            lo, hi = max(span[0], self._t0), min(span[1], self._t1)
+            if hi > lo:
+                watts = _clip(watts, lo, hi)
+                rep.duration_s = hi - lo
         integral = _trapezoid(watts)
         if watts and rep.duration_s:
             rep.power_w_mean = (integral / rep.duration_s if integral is not None and
                                 len(watts) > 1 else watts[0][1])
-        end = self._energy_mj() if self._energy0 is not None else None
-        if end is not None:
-            rep.energy_j, rep.energy_source = (end - self._energy0) / 1000.0, \
-                "nvml_energy_counter"
+        counter = self._energy if len(self._energy) > 1 else []
+        if counter and span is not None and rep.duration_s and span[1] > span[0]:
+            lo, hi = max(span[0], self._t0), min(span[1], self._t1)
+            rep.energy_j = (_at(counter, hi) - _at(counter, lo)) / 1000.0
+            rep.energy_source = "nvml_energy_counter"
+            rep.power_w_mean = rep.energy_j / rep.duration_s
+        elif counter:
+            rep.energy_j = (counter[-1][1] - self._energy0) / 1000.0
+            rep.energy_source = "nvml_energy_counter"
             if rep.duration_s:
                 rep.power_w_mean = rep.energy_j / rep.duration_s
         elif integral is not None:
             rep.energy_j, rep.energy_source = integral, "integrated_power"
         return rep
+
+
+def _at(points: list[tuple[float, float]], t: float) -> float:
+    """A cumulative reading at time t, linear between the samples around it (clamped to
+    the first and last)."""
+    if t <= points[0][0]:
+        return points[0][1]
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
+        if t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+    return points[-1][1]
+
+
+def _clip(points: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """(t, W) samples inside [lo, hi], with the edges' values interpolated in."""
+    if len(points) < 2:
+        return points
+    inner = [(t, w) for t, w in points if lo < t < hi]
+    return [(lo, _at(points, lo)), *inner, (hi, _at(points, hi))]
 
 
 def _trapezoid(points: list[tuple[float, float]]) -> float | None:

@@ -56,19 +56,23 @@ class StartupInfo:
     attention_backend: str | None = None  # the target's: vLLM "FLASH_ATTN", SGLang "triton"
     kernels: dict[str, str] = field(default_factory=dict)  # other choices that change speed:
     # FlashAttention version, model runner, sampler, CUDA graphs, the drafter's backend
+    # where a start's time went, as the engine logged it (`phases.<name>`: weights loaded,
+    # torch.compile, CUDA-graph capture, the engine's whole init), for the cost of a start
+    phases: dict[str, str] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         """The facts as plain data (the manifest's engine entry)."""
         return {"kv_pool_tokens": self.kv_pool_tokens, "max_concurrency": self.max_concurrency,
                 "tokens_per_request": self.tokens_per_request,
                 "max_running_requests": self.max_running_requests,
-                "attention_backend": self.attention_backend, "kernels": dict(self.kernels)}
+                "attention_backend": self.attention_backend, "kernels": dict(self.kernels),
+                "phases": dict(self.phases)}
 
 
 @dataclass(frozen=True)
 class LogFact:
     """A startup fact an engine prints: the StartupInfo field it fills (`kernels.<name>`
-    for a kernel choice), the line's pattern (group 1 is the value), and whether the last
+    for a kernel choice, `phases.<name>` for a part of the start's time), the line's pattern (group 1 is the value), and whether the last
     occurrence wins. Several facts may fill one field: the first that matches does."""
 
     field: str
@@ -88,6 +92,7 @@ def parse_log(text: str, facts: tuple[LogFact, ...]) -> StartupInfo:
     """The startup facts a log shows, by its engine's table; absent ones stay None."""
     values: dict[str, object] = {}
     kernels: dict[str, str] = {}
+    phases: dict[str, str] = {}
     for fact in facts:
         found = re.findall(fact.pattern, text, re.MULTILINE)
         if not found:
@@ -95,10 +100,12 @@ def parse_log(text: str, facts: tuple[LogFact, ...]) -> StartupInfo:
         raw = found[-1] if fact.last else found[0]
         if fact.field.startswith("kernels."):
             kernels.setdefault(fact.field.split(".", 1)[1], raw)
+        elif fact.field.startswith("phases."):
+            phases.setdefault(fact.field.split(".", 1)[1], raw)
         elif fact.field not in values:
             cast = _CASTS.get(fact.field)  # numbers may carry thousands separators
             values[fact.field] = cast(raw.replace(",", "")) if cast else raw
-    return StartupInfo(**values, kernels=kernels)
+    return StartupInfo(**values, kernels=kernels, phases=phases)
 
 
 def startup_error(text: str) -> str | None:

@@ -559,7 +559,8 @@ def run_cell(ctx: _Run, eng: ArmEngine, cell: Cell, cid: str, prompts: list[Prom
     except Exception as err:  # noqa: BLE001 - a fault in this cell is recorded, the run goes on
         status, error = "failed", f"{type(err).__name__}: {err}"
         result = LoadResult(records, None)
-    report = sampler.stop()
+    # energy and mean power over the span the tokens are counted over (power.py)
+    report = sampler.stop(span=result.span if result is not None else None)
     if report.note and report.note not in warnings:
         warnings.append(report.note)
     if status == "ok" and not eng.alive():

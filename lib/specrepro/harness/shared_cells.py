@@ -32,6 +32,7 @@ from specrepro import identity
 from specrepro.harness.arm_engine import known_version
 from specrepro.harness.cells import baseline_requests, identical_share
 from specrepro.params import Cell, ResolvedArm
+from specrepro.store import REQUEST_SCHEMA
 
 _Run = Any  # runner._Run: a study of the command, its store and its done cells
 
@@ -100,14 +101,13 @@ class SharedCells:
         row = cells.row(0, named=True)
         reqs = src.store.load_requests().filter((pl.col("cell_id") == src_cid)
                                                 & (pl.col("attempt") == row["attempt"]))
-        requests = [{k: v for k, v in r.items() if k not in ("cell_id", "attempt")}
-                    for r in reqs.iter_rows(named=True)]
+        requests = [{k: v for k, v in r.items() if k in REQUEST_SCHEMA
+                     and k not in ("cell_id", "attempt")} for r in reqs.iter_rows(named=True)]
         out = {k: v for k, v in row.items() if k not in OWN_COLUMNS}
         out.update(cell_id=cid, arm=cell.arm.name, shared_from=f"{src.study.name}/{src_cid}")
-        out["warnings"] = [*(row["warnings"] or []),
-                           f"measured once for {src.study.name} (arm {row['arm']!r}, cell "
-                           f"{src_cid}) and shared: the same profile, workload, level, "
-                           "sampling, repeat and seed"]
+        note = (f"measured once for {src.study.name} (arm {row['arm']!r}, cell {src_cid}) "
+                "and shared: the same profile, workload, level, sampling, repeat and seed")
+        out["warnings"] = [*(row["warnings"] or []), note]
         records = [SimpleNamespace(ok=r["error"] is None, prompt_id=r["prompt_id"],
                                    seed=r["seed"], token_ids=r["token_ids"], text=r["text"])
                    for r in requests]

@@ -49,6 +49,18 @@ VLLM_LOG = (
     LogFact("kernels.fp4_gemm", r"Using (\w+) for NVFP4 GEMM"),
     LogFact("kernels.fp4_marlin",
             r"(Weight-only FP4 compression will be used leveraging the Marlin kernel)"),
+    # where a start's time goes (issue 37: a start is half a GPU lease): the target's
+    # weights, every torch.compile (target and drafter, each its own line), the graphs,
+    # and the engine core's whole init (profile, KV cache, compile and capture)
+    LogFact("phases.model_loading",  # v1/worker/gpu/model_runner.py:305
+            r"Model loading took ([\d.]+ GiB and [\d.]+ seconds)"),
+    LogFact("phases.torch_compile", r"torch.compile took ([\d.]+ s) in total"),  # monitor.py:53
+    LogFact("phases.torch_compile_last", r"torch.compile took ([\d.]+ s) in total", last=True),
+    LogFact("phases.graph_capture",  # v1/worker/gpu/model_runner.py:747
+            r"Graph capturing finished in (\d+ secs)"),
+    LogFact("phases.init_engine",  # v1/engine/core.py:340
+            r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+ s"
+            r"(?: \(compilation: [\d.]+ s\))?)"),
 )
 
 # field -> scraped sample name; counters end in _total (tests/fixtures/engines/vllm-0.26.0)
