@@ -428,3 +428,18 @@ def test_the_command_prints_the_plan_and_planned_against_spent(tmp_path, capsys)
     window = expected_window(100 / (TOK_S[8] / 8), WINDOW)
     # planned from what was stored before T0: p-none's 50-s start, its first on the host
     assert f"Planned {50 + 80 + window:,.0f} s, spent {130 + 25:,.0f} s" in out
+
+
+def test_the_stand_in_suite_plans_its_seven_notebooks(capsys):
+    root = Path(__file__).resolve().parents[1]
+    suite = root / "params" / "h200-standin.yaml"
+    assert plan_command.main([str(suite)]) == 0
+    out = capsys.readouterr().out
+    plan = load_suite(suite).plan
+    assert "Total:" in out and "Lease 1 (vllm's bundle)" in out
+    for nb in load_suite(suite).notebooks:
+        assert f"--notebook {nb}" in out
+    for line in out.splitlines():
+        if "gpu_measure.sh" in line:
+            deadline = int(line.split("gpu_measure.sh ")[1].split()[1])
+            assert deadline <= plan.command_s - plan.command_reserve_s
