@@ -136,31 +136,37 @@ def lease_lines(lease: Lease, lease_s: float, first: int, before_s: float) -> li
 
 
 def budget_lines(result: PlanResult, budget_s: float) -> tuple[list[str], set[int]]:
-    """Whether the plan fits the budget, the commands it keeps, what it leaves out."""
+    """Whether the plan fits the budget, the commands it keeps (whole leases, then the
+    first commands of the next one that fit with its fixed costs), what it leaves out."""
     kept: set[int] = set()
     spent = 0.0
-    last = None
+    whole, partial = 0, 0
     for lease in result.leases:
-        fixed = sum(e.s for _, e in lease.fixed)
-        if spent + fixed > budget_s:
-            break
-        spent += fixed
+        used = sum(e.s for _, e in lease.fixed)
+        n = 0
         for cmd in lease.commands:
-            if spent + cmd.device_s > budget_s:
+            if spent + used + cmd.device_s > budget_s:
                 break
-            spent += cmd.device_s
+            used += cmd.device_s
             kept.add(id(cmd))
-            last = lease.index
-        else:
+            n += 1
+        if n == len(lease.commands) and spent + used <= budget_s:
+            spent += used
+            whole += 1
             continue
+        if n:
+            spent += used
+            partial = n
         break
     total = result.total_s
     if total <= budget_s:
-        return [(f"Budget {secs(budget_s)}: the plan fits ({secs(total)}, {secs(budget_s - total)} "
-                "left)")], kept
+        return [(f"Budget {secs(budget_s)}: the plan fits ({secs(total)}, "
+                f"{secs(budget_s - total)} left)")], kept
+    within = (f"lease(s) 1-{whole}" if whole else "no whole lease") + (
+        f" and the first {partial} command(s) of lease {whole + 1}" if partial else "")
     out = [(f"Budget {secs(budget_s)}: the plan does NOT fit: it needs {secs(total)} "
-           f"({secs(total - budget_s)} more). Within the budget: {secs(spent)}, through lease "
-           f"{last or 0}; left out:")]
+           f"({secs(total - budget_s)} more). Within the budget: {secs(spent)}, {within}; "
+           "left out:")]
     rows = notebook_rows(result, kept)
     for nb, row in rows.items():
         if row.left:
