@@ -422,12 +422,14 @@ def test_the_command_prints_the_plan_and_planned_against_spent(tmp_path, capsys)
         {"arm": "none", "profile": "p-none", "profile_hash": "h", "engine": "vllm",
          "ready_s": 130.0}],
         cells=[cell_row("p-none", 8, 25.0, arm="none", repeat=0, seed=cell.seed,
-                        top_p=1.0, top_k=-1)])
+                        top_p=1.0, top_k=-1),
+               cell_row("p-none", 8, 7.0, arm="none", status="interrupted")])
     assert plan_command.main([str(path), "--spent", "--since", T0.isoformat()]) == 0
     out = capsys.readouterr().out
     window = expected_window(100 / (TOK_S[8] / 8), WINDOW)
     # planned from what was stored before T0: p-none's 50-s start, its first on the host
-    assert f"Planned {50 + 80 + window:,.0f} s, spent {130 + 25:,.0f} s" in out
+    assert f"Planned {50 + 80 + window:,.0f} s, spent {130 + 25 + 7:,.0f} s" in out
+    assert "lost 7 s." in out  # an interrupted attempt spent its seconds, planned none
 
 
 def test_the_stand_in_suite_plans_its_seven_notebooks(capsys):
