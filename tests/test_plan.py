@@ -134,6 +134,24 @@ def test_a_cell_two_notebooks_of_one_command_share_is_measured_once(tmp_path):
     assert not events(alone, "copy") and len(events(alone, "cell")) == 3 * len(levels7)
 
 
+def test_a_stored_cell_of_an_arm_the_command_does_not_run_is_a_source_of_copies(tmp_path):
+    s6 = study("06", S06, [("none", "p-none"), ("static-k7", "p-k7")])
+    s7 = study("07", S07, [("none", "p-none"), ("dflash-k7", "p-k7")])
+    path = write(tmp_path, {S06: s6, S07: s7},
+                 priors(order=[{"notebooks": [S06, S07], "arms": ["dflash-k7"]}], **BIG))
+    (st6, _, _), _ = resolve(path)
+    store_with(tmp_path, "06", cells=[
+        cell_row("p-k7", c.concurrency, 20.0, arm="static-k7", repeat=0, seed=c.seed,
+                 top_p=1.0, top_k=-1, timing=None)
+        for c in st6.cells() if c.arm.name == "static-k7"])
+    result, _ = planned(path, [S06, S07], stored=read_stores([tmp_path / "results"]))
+    first = commands(result)[0]
+    # 06 runs no arm here (--arm dflash-k7 is 07's), yet its stored static-k7 cells are
+    # what SharedCells files 07's dflash-k7 from: no engine start for them
+    assert "--arm dflash-k7" in first.line
+    assert [e.kind for e in first.events] == ["copy"] * len(s7["concurrency"])
+
+
 def test_twins_start_again_after_every_other_group_and_rounds_restart_each_group(tmp_path):
     repeats = 3
     s6 = study("06", S06, [("none", "p-none"), ("static-k7", "p-k7"),

@@ -105,7 +105,7 @@ class Work:
 class Event:
     """What a command spends its time on: a start, a cell, a copy, a stop, an export."""
 
-    kind: str  # "start", "cell", "copy", "stop", "export", "lost"
+    kind: str  # "start", "cell", "overhead" (a cell's), "copy", "stop", "export", "lost"
     notebook: str
     s: float
     what: str = ""
@@ -520,12 +520,11 @@ def make_plan(plan: Plan | None, studies: dict[str, ResolvedStudy], selected: Se
     works = [w for step in steps_for(plan, selected) for w in make_works(step, studies, costs)]
     have = {name: stored_match(st, stored) for name, st in
             {st.name: st for st in studies.values()}.items()}
-    for w in works:  # cells already stored are done before anything runs
-        for cells in w.cells.values():
-            for pc in cells:
-                if declared(pc.cell) in have.get(pc.study.name, set()):
-                    planner.progress.mark(pc)
-                    stored_ids[pc.study.notebook_id].add(pc.cid)
+    for w in works:  # cells already stored are done (and sources of copies) from the start
+        for _, pc in w.sources:
+            if declared(pc.cell) in have.get(pc.study.name, set()):
+                planner.progress.mark(pc)
+                stored_ids[pc.study.notebook_id].add(pc.cid)
     for w in works:
         planner.place(w)
     return PlanResult(suite_name, works, planner.leases, costs, dict(stored_ids),
