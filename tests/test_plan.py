@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specrepro import identity
 from specrepro.harness import plan_command
 from specrepro.harness.cost_model import CostModel
 from specrepro.harness.costs import Stored, read_stores
@@ -448,6 +449,23 @@ def test_the_command_prints_the_plan_and_planned_against_spent(tmp_path, capsys)
     # planned from what was stored before T0: p-none's 50-s start, its first on the host
     assert f"Planned {50 + 80 + window:,.0f} s, spent {130 + 25 + 7:,.0f} s" in out
     assert "lost 7 s." in out  # an interrupted attempt spent its seconds, planned none
+
+
+def test_a_studys_unanswered_probes_are_listed_with_a_start_each(tmp_path, capsys):
+    s = study("06", S06, [("none", "p-none")], concurrency=[8],
+              probes=[{"name": "asked", "profile": "p-k3", "question": "starts?"},
+                      {"name": "new", "profile": "p-mtp", "question": "starts?"}])
+    path = write(tmp_path, {S06: s}, priors(**BIG))
+    (st, _, _), = resolve(path)
+    asked = st.probes[0].resolved
+    store_with(tmp_path, "06", engines=[{"arm": "x", "profile": asked.name, "engine": "vllm",
+                                         "profile_hash": identity.profile_hash(asked),
+                                         "ready_s": 30.0}])
+    assert plan_command.main([str(path)]) == 0
+    out = capsys.readouterr().out.split("Probes (not in the commands above)")[1]
+    assert f"{S06} probe asked: answered" in out
+    assert f"{S06} probe new (p-mtp): not answered; about {30 + 80:,.0f} s" in out  # the
+    # engine's stored start (p-mtp has none of its own) and a first start's penalty
 
 
 def test_the_stand_in_suite_plans_its_seven_notebooks(capsys):

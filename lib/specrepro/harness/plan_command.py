@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specrepro import probe_answers
 from specrepro.harness.cost_model import CostModel
 from specrepro.harness.costs import Stored, read_stores
 from specrepro.harness.deadline import seconds_arg, zoned_time_arg
@@ -24,6 +25,7 @@ from specrepro.harness.plan_report import render
 from specrepro.harness.plan_spent import render_spent
 from specrepro.harness.run_command import resolve
 from specrepro.params import ParamsError, Plan, load_suite, read_tree
+from specrepro.store import ResultStore
 
 
 def suite_plan(path: Path) -> tuple[Plan | None, str]:
@@ -48,6 +50,26 @@ def constants(costs: CostModel) -> list[str]:
         lines[text.startswith("measured")].append(f"{head}: {text}")
     chain = [f"cells costed by {how}: {n}" for how, n in sorted(costs.cells_by.items())]
     return (lines[True] or ["measured: nothing stored matched"]) + lines[False] + chain
+
+
+def probe_lines(plans, results: Path, costs: CostModel) -> list[str]:
+    """The selected studies' declared probes, answered or not: one engine start each, asked
+    by `gpu_measure.sh ... --probe STUDY` (harness/probe_command.py), not by the commands
+    above; an unanswered one's start estimated as a lease's first of its profile."""
+    out = []
+    for st, _, run_id in plans:
+        store = ResultStore(results, st.name, run_id)
+        manifest = store.manifest() if store.manifest_path.is_file() else {"sessions": []}
+        for probe in st.probes:
+            if probe_answers.latest(manifest, probe) is not None:
+                out.append(f"  {st.notebook_id} probe {probe.name}: answered (stored)")
+                continue
+            start = costs.start(probe.resolved)
+            pen, _ = costs.first_start(probe.resolved.engine)
+            out.append(f"  {st.notebook_id} probe {probe.name} ({probe.resolved.name}): not "
+                       f"answered; about {start.s + pen.s:,.0f} s, one start on its own "
+                       f"(`--probe {st.notebook_id}` in a command, before its run)")
+    return (["", "Probes (not in the commands above)", *out]) if out else []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         header = (f"specrepro plan {path}: suite {name}, {len(studies)} notebook(s) or "
                   f"studies; {where}")
         lease_s = plan.lease_s if plan is not None else float("inf")
-        sys.stdout.write(render(result, header, lease_s, args.budget_s, constants(costs)))
+        text = render(result, header, lease_s, args.budget_s, constants(costs))
+        probes = probe_lines(plans, results, costs)
+        sys.stdout.write(text + ("\n".join(probes) + "\n" if probes else ""))
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
