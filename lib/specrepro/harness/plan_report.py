@@ -102,11 +102,11 @@ def command_summary(cmd: Command) -> str:
     parts = [f"{nb} ({', '.join(f'{arm} {n}' for arm, n in arms.items())})"
              for nb, arms in by.items()]
     cells = sum(sum(a.values()) for a in by.values())
-    extra = (", shared cells filed for 0 s: " + ", ".join(f"{n} for {nb}"
-                                                            for nb, n in copies.items())
+    extra = ("; shared, filed for 0 s: " + ", ".join(f"{n} for {nb}"
+                                                    for nb, n in copies.items())
              if copies else "")
-    return (f"{starts} start(s), {cells} cell(s){extra}: "
-            + ("; ".join(parts) if parts else "no cell"))
+    return (f"{starts} start(s), {cells} cell(s): "
+            + ("; ".join(parts) if parts else "no cell") + extra)
 
 
 def lease_lines(lease: Lease, lease_s: float, first: int, before_s: float) -> list[str]:
