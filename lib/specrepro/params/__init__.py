@@ -20,13 +20,23 @@ Design:
 - Modules: `tree` (YAML include/merge with provenance), `errors` (Problem, ParamsError),
   `validation` (pydantic errors located in files), `strict` (the models' base), `study`
   (the study models and cells), `window` (a study's steady window), `substrate` (a suite's
-  `substrate:`), `schema` (profiles, suites, resolved studies), `resolve` (loading and
-  resolving), `cli` (`specrepro check`). Import order, no cycle: errors, tree, validation,
-  strict, window, substrate, study, schema, resolve, cli.
+  `substrate:`), `plan` (a suite's `plan:`: the planner's priors and order), `schema`
+  (profiles, suites, resolved studies), `resolve` (loading and resolving), `cli`
+  (`specrepro check`). Import order, no cycle: errors, tree, validation, strict, window,
+  substrate, study, plan, schema, resolve, cli.
 """
 
 from specrepro.params.cli import main, summarize
 from specrepro.params.errors import ParamsError, Problem
+from specrepro.params.plan import (
+    ByStreams,
+    EnginePriors,
+    Export,
+    Figure,
+    FirstStart,
+    Plan,
+    Step,
+)
 from specrepro.params.resolve import (
     check_notebook_params,
     load_profile,
@@ -66,9 +76,11 @@ from specrepro.params.study import (
 from specrepro.params.tree import read_tree
 
 __all__ = [
-    "GATE_OPS", "NOTEBOOK_IDS", "WORKLOADS", "Arm", "Cell", "DrafterRef", "Gate", "Hardware",
-    "ModelRef", "NotebookBinding", "Parallel", "ParamsError", "Probe", "Problem", "Profile",
-    "ResolvedArm", "ResolvedProbe", "ResolvedStudy", "Sampling", "Skip", "SpeculativeConfig", "Strict", "Study",
-    "Suite", "Workload", "check_notebook_params", "load_profile", "load_study", "load_suite",
-    "main", "read_tree", "resolve_all", "resolve_study", "standalone_suite", "summarize",
+    "GATE_OPS", "NOTEBOOK_IDS", "WORKLOADS", "Arm", "ByStreams", "Cell", "DrafterRef",
+    "EnginePriors", "Export", "Figure", "FirstStart", "Gate", "Hardware", "ModelRef",
+    "NotebookBinding", "Parallel", "ParamsError", "Plan", "Probe", "Problem", "Profile",
+    "ResolvedArm", "ResolvedProbe", "ResolvedStudy", "Sampling", "Skip", "SpeculativeConfig",
+    "Step", "Strict", "Study", "Suite", "Workload", "check_notebook_params", "load_profile",
+    "load_study", "load_suite", "main", "read_tree", "resolve_all", "resolve_study",
+    "standalone_suite", "summarize",
 ]

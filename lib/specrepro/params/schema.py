@@ -28,6 +28,7 @@ from pydantic import Field, JsonValue, field_validator
 from specrepro import findings
 from specrepro.params.engine_kinds import ATTACHABLE_NAMES, ENGINE_NAMES, KINDS, names_where
 from specrepro.params.errors import Expect, Problem
+from specrepro.params.plan import Plan
 from specrepro.params.strict import PositiveFloat, PositiveInt, Strict
 from specrepro.params.study import Arm, Study
 from specrepro.params.substrate import Substrate
@@ -263,6 +264,9 @@ class Suite(Strict):
     # never part of `make all`. Their ids must differ from the notebooks'.
     studies: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
                   NotebookBinding] = Field(default_factory=dict)
+    # how `specrepro plan` costs and orders its notebooks: priors and the order of value
+    # (params/plan.py); null: the planner refuses to plan it, saying so
+    plan: Plan | None = None
 
     # filled by load_suite: where the file lives, and its merged tree for error messages
     _path: Path = Path(".")
@@ -292,5 +296,10 @@ class Suite(Strict):
         return (self._path.parent / self.binding(notebook_id).study).resolve()
 
     def cross_checks(self) -> list[tuple[tuple, str]]:
-        return [(("studies", sid), f"expected an id that is not a notebook's, found {sid!r}")
-                for sid in self.studies if sid in NOTEBOOK_IDS]
+        out = [(("studies", sid), f"expected an id that is not a notebook's, found {sid!r}")
+               for sid in self.studies if sid in NOTEBOOK_IDS]
+        if self.plan is not None:
+            ids = [*self.notebooks, *self.studies]
+            out += [(("plan", *p), m)
+                    for p, m in [*self.plan.cross_checks(), *self.plan.order_checks(ids)]]
+        return out
