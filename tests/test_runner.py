@@ -786,3 +786,8 @@ def test_an_engine_starts_only_where_the_cells_after_it_repay_the_start():
     assert not start_repays(120.0, [85.0], [], 40.0, 9)
     # no start timed yet (the command's first group): one cell fitting is enough
     assert start_repays(30.0, [], cells, None, 9)
+    # the command's first start may be the machine's cold one (154 s against 72 s later):
+    # after a second start, the longest of the later ones prices the next
+    assert not start_repays(200.0, [154.0], cells, None, 5)
+    assert start_repays(200.0, [154.0, 72.0], cells, None, 5)
+    assert not start_repays(200.0, [154.0, 72.0, 140.0], cells, None, 5)

@@ -123,3 +123,22 @@ def test_an_aa_twin_gets_its_own_engine_start_after_every_other_arm(tmp_path, fa
     seq = dict(cells.filter(pl.col("concurrency") == 2).select("arm", "sequence").iter_rows())
     assert seq["none-aa"] == max(seq.values())  # after every other arm's cells
     assert len(store.manifest()["sessions"][-1]["engines"]) == 3
+
+
+def test_twins_share_with_twins_only(tmp_path, fakes):
+    """07's A/A twin of none is 06's twin again (a start of its own), never 06's none:
+    filed from it, its A/A difference would read zero."""
+    twins06 = {**SCHEDULE, "arms": [*SCHEDULE["arms"],
+                                    {"name": "none-aa", "profile": "fake-a", "noise_of": "none"}]}
+    twins07 = {**BILL, "arms": [*BILL["arms"],
+                                {"name": "none-aa", "profile": "fake-a", "noise_of": "none"}]}
+    (_, s1), (_, s2) = plans = write(tmp_path, fakes, [twins06, twins07])
+    one, two = run_studies(plans, progress=False, power_interval_s=0.2)
+    assert (one.ok, one.shared) == (6, 0)
+    assert (two.ok, two.shared) == (2, 6)
+    c1 = s1.load_cells()
+    by_id = dict(c1.select("cell_id", "arm").iter_rows())
+    for row in s2.load_cells().filter(pl.col("arm") == "none-aa").iter_rows(named=True):
+        assert by_id[row["shared_from"].split("/")[1]] == "none-aa"
+    for row in s2.load_cells().filter(pl.col("arm") == "none").iter_rows(named=True):
+        assert by_id[row["shared_from"].split("/")[1]] == "none"

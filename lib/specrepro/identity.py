@@ -127,10 +127,14 @@ def cell_id(study: Any, cell: Any, engine_version: str | None) -> str:
 def shared_key(study: Any, cell: Any, engine_version: str | None) -> str:
     """What two studies' cells must share to be one measurement: the cell's identity less
     its arm's name (the resolved profile stays, and so do the workload, level, sampling,
-    repeat, seed, engine version and measurement settings). A command that runs several
-    studies measures such a cell once and files it under each (harness/shared_cells.py)."""
+    repeat, seed, engine version and measurement settings) and whether it is an A/A twin.
+    A command that runs several studies measures such a cell once and files it under each
+    (harness/shared_cells.py)."""
     ident = cell_identity(study, cell, engine_version)
-    ident["arm"] = {"profile": ident["arm"]["profile"]}
+    # an A/A twin is its arm measured again on a start of its own: it shares only with
+    # another study's twin, never with the arm it is the noise of
+    twin = getattr(next(a for a in study.arms if a.name == cell.arm.name), "noise_of", None)
+    ident["arm"] = {"profile": ident["arm"]["profile"], "twin": twin is not None}
     return digest(ident)
 
 

@@ -56,12 +56,16 @@ def ctrl_c_raises():
 def start_repays(remaining_s: float, start_s: list[float], cell_s: list[float],
                  cell_bound_s: float | None, cells_left: int) -> bool:
     """Whether an engine start now is worth it before the deadline: the start (the longest
-    so far) and one cell (the longest, or the declared bound) must fit, and then either
-    every cell left in the launch group fits too, or the cells that fit (at the mean cell
-    time) take at least as long as the start. Otherwise the group would be started again by
-    the next command, and this start would have bought less measuring than it cost (on the
-    H200, 2026-12-02: a 106-s start for one 10-s cell before the deadline)."""
-    start = max(start_s, default=0.0)
+    so far after the command's first, which may be the machine's cold start: 125-183 s
+    against 72 s for a later start of the stand-in, docs/bench/standin-h200-2026-12-03;
+    the first where it is the only one) and one cell (the longest, or the declared bound)
+    must fit, and then either every cell left in the launch group fits too, or the cells
+    that fit (at the mean cell time) take at least as long as the start. Otherwise the
+    group would be started again by the next command, and this start would have bought
+    less measuring than it cost (on the H200, 2026-12-02: a 106-s start for one 10-s cell
+    before the deadline). A start that runs past the deadline is stopped by the watchdog
+    like a cell, so a misjudged one costs the time left, never the command."""
+    start = max(start_s[1:] or start_s, default=0.0)
     if remaining_s <= start + max([*cell_s, cell_bound_s or 0.0]):
         return False
     if not cell_s or cells_left <= 0:
