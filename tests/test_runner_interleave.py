@@ -113,3 +113,18 @@ def test_a_run_interrupted_mid_cell_resumes_measuring_each_missing_cell_once(
     # the resumed session measured round 1 in its order, from the cell interrupted on
     resumed = store.load_cells().filter(pl.col("session_id") == ok["session_id"].max())
     assert in_order(resumed) == ROUNDS[6:]
+
+
+def test_one_start_measures_every_repeat_of_an_arm_back_to_back(tmp_path, fakes):
+    """`interleave: one_start` (02's runs differ by seed): A A, B B, C C, one round, one
+    engine start per arm, each repeat its own seed."""
+    st, store = write_study(tmp_path, fakes, "one_start")
+    assert st.rounds == 1
+    summary = run_study(st, store, progress=False, power_interval_s=0.2)
+    assert (summary.ok, summary.errors) == (12, [])
+    cells = store.load_cells()
+    ok = cells.filter(pl.col("status") == "ok").sort("sequence")
+    arms_in_order = ok["arm"].to_list()
+    assert arms_in_order == [arm for arm in ARMS for _ in range(4)]  # never A B A B
+    assert (ok["round"] == 0).all() and ok["launch"].n_unique() == 3
+    assert ok.group_by("arm").agg(pl.col("seed").n_unique())["seed"].to_list() == [2, 2, 2]

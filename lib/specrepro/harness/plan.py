@@ -238,7 +238,7 @@ def make_works(step: Step, studies: dict[str, ResolvedStudy], costs: CostModel
             sources += [(ctx, pc) for pc in out]
             if run:
                 cells[(id(ctx), arm.name)] = out
-    rounds = max((ctx.study.repeats for ctx in ctxs if ctx.chosen), default=0)
+    rounds = max((ctx.study.rounds for ctx in ctxs if ctx.chosen), default=0)
     return [Work(step, engines[0] if engines else "", ctxs, groups, keep, rounds, cells,
                  sources)]
 
@@ -350,10 +350,10 @@ class Simulation:
         todo, left, later = [], 0, 0
         for ctx, arm in group:
             mine = self.work.cells[(id(ctx), arm.name)]
-            cells = [pc for pc in mine if pc.cell.repeat == rnd]
+            cells = [pc for pc in mine if ctx.study.round_of(pc.cell) == rnd]
             self.fill(ctx, cells)
             pending = sum(pc.cid not in done for pc in cells)
-            later += sum(pc.cid not in done for pc in mine if pc.cell.repeat > rnd)
+            later += sum(pc.cid not in done for pc in mine if ctx.study.round_of(pc.cell) > rnd)
             if pending:
                 todo.append((ctx, arm, cells))
                 left += pending
@@ -423,10 +423,13 @@ class Planner:
         return lease
 
     def exports_for(self, work: Work, lease: Lease) -> list[Export]:
-        """The exports the work's arms read that the lease has not written, in order."""
+        """The exports that the work's arms with cells left read and the lease has not
+        written, in order (an arm whose cells are all measured or filed needs none)."""
         if self.plan is None:
             return []
+        left = {(pc.study.name, pc.cell.arm.name) for pc in work.pending(self.progress.done)}
         folders = [ref.id for ctx in work.ctxs for a in ctx.arms()
+                   if (ctx.study.name, a.name) in left
                    for ref in (a.resolved.model, a.resolved.drafter) if ref is not None]
         return [e for e in self.plan.exports if e.name not in lease.exported
                 and any(f == p or f.startswith(p.rstrip("/") + "/")

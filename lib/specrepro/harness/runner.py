@@ -325,7 +325,7 @@ def _run_all(ctxs: Sequence[_Run], root: Path, command: list[str] | None) -> Non
     pool = EnginePool(keep)
     try:  # round r: repeat r of every arm, group by group (A B C, A B C)
         groups = launch_groups(ctxs)
-        for rnd in range(max(ctx.study.repeats for ctx in ctxs)):
+        for rnd in range(max(ctx.study.rounds for ctx in ctxs)):
             for key, group in enumerate(groups):
                 run_group(group, root, cpus, pool, key, rnd)
     except _AtDeadline:
@@ -377,14 +377,14 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
     for ctx, arm in group:
         version = live.eng.version if live is not None else known_version(ctx.store, arm)
         ctx.versions[arm.name] = version
-        cells = [c for c in ctx.cells_of(arm) if c.repeat == rnd]
+        cells = [c for c in ctx.cells_of(arm) if ctx.study.round_of(c) == rnd]
         copied = 0
         if ctx.shared is not None:  # another study measured them: filed, no engine needed
             copied = ctx.shared.fill(ctx, arm, cells, version)
             ctx.summary.shared += copied
         pending = sum(identity.cell_id(ctx.study, c, version) not in ctx.done for c in cells)
         later += sum(identity.cell_id(ctx.study, c, version) not in ctx.done
-                     for c in ctx.cells_of(arm) if c.repeat > rnd)
+                     for c in ctx.cells_of(arm) if ctx.study.round_of(c) > rnd)
         if not pending or key in pool.dead:  # dead: left for a re-run, said once already
             ctx.summary.skipped += len(cells) - copied if not pending else 0
             ctx.bar.update(len(cells))

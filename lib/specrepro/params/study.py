@@ -265,6 +265,16 @@ class Study(Strict):
         return self.window is not None and self.window.covers(
             cell.concurrency, cell.workload.name, None if resolved is None else resolved.engine)
 
+    @property
+    def rounds(self) -> int:
+        """The passes over the arms its repeats take (window.py: one with `one_start`)."""
+        return 1 if self.interleave == "one_start" else self.repeats
+
+    def round_of(self, cell: Cell) -> int:
+        """The round a cell is measured in: its repeat, or 0 where every repeat of an arm
+        runs on one engine start (`interleave: one_start`)."""
+        return 0 if self.interleave == "one_start" else cell.repeat
+
     def seed_for(self, repeat: int) -> int:
         return self.seeds[repeat] if self.seeds is not None else self.seed + repeat
 

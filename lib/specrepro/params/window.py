@@ -25,7 +25,11 @@ Design:
   A B C: a repeat is a fresh engine start), `side_by_side` keeps every arm's engine up,
   each on its own port, idle while another arm's cells are timed; `auto` is side by side
   where no arm needs a GPU (an idle CPU engine holds memory only) and restart otherwise (a
-  GPU engine takes the card's memory the next one needs). How the machine was used, like
+  GPU engine takes the card's memory the next one needs); `one_start` measures every repeat
+  of an arm on one engine start, back to back (A A A A, B B B B: a study whose repeats
+  differ by their sampling seed, 02's temperature spread, where what varies run to run is
+  the sampling and not the start; the suite's A/A twins measure what a start changes).
+  How the machine was used, like
   `placement`: no part of a cell's identity; each cell records its `round` and `sequence`.
 """
 
@@ -38,8 +42,8 @@ from pydantic import Field
 from specrepro.params.engine_kinds import KINDS
 from specrepro.params.strict import Strict
 
-INTERLEAVE = ("auto", "restart", "side_by_side")
-Interleave = Literal["auto", "restart", "side_by_side"]
+INTERLEAVE = ("auto", "restart", "side_by_side", "one_start")
+Interleave = Literal["auto", "restart", "side_by_side", "one_start"]
 
 # The fields that change what a windowed cell measures (identity.measurement); the
 # selectors (`workloads`, `min_concurrency`) only choose the cells.
