@@ -27,7 +27,7 @@ Design:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -85,6 +85,11 @@ class Finding:
     manifest: dict
     missing: int = 0  # declared cells with no ok row (failed or not yet measured)
     not_measured_why: str = ""  # why `auto` replayed with cells missing (cannot_measure_here)
+    # the study's A/A twins (arms declared `noise_of`): their cells and the arm each is the
+    # noise of. A twin is no arm of the finding: `study` and `cells` leave them out, so no
+    # table, figure or claim shows one; analysis/noise.py reads them.
+    twin_cells: pl.DataFrame | None = None
+    twin_of: dict[str, str] = field(default_factory=dict)
 
     @property
     def declared(self) -> int:
@@ -157,8 +162,16 @@ def from_store(notebook_id: str, study: ResolvedStudy, suite: Suite, store_root:
     cells = with_length_share(cells, reqs)
     manifest = ResultStore(store_root.parent.parent, study.name,
                                    store_root.name).manifest()
+    twin_of = {a.name: a.noise_of for a in study.arms if a.noise_of is not None}
+    twins = cells.filter(pl.col("arm").is_in(list(twin_of)))
+    if twin_of:  # the finding's own arms (Finding.twin_cells)
+        cells = cells.filter(~pl.col("arm").is_in(list(twin_of)))
+        stored = stored.filter(~pl.col("arm").is_in(list(twin_of)))
+        reqs = reqs.filter(pl.col("cell_id").is_in(cells["cell_id"].to_list()))
+        study = study.model_copy(update={"arms": [a for a in study.arms
+                                                  if a.noise_of is None]})
     return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,
-                   missing_cells(store_root, study, stored).height, why_not)
+                   missing_cells(store_root, study, stored).height, why_not, twins, twin_of)
 
 
 def missing_folders(study: ResolvedStudy, root: Path = Path(".")) -> dict[str, str]:

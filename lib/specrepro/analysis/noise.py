@@ -89,9 +89,14 @@ def measure(f, metric: str, sides: list[tuple[str, list[float], str | None, floa
     """The noise of a check over its sides, each (arm, values, workload, temperature, level)."""
     spreads = [s for s in (spread_pct(v) for _, v, *_ in sides) if s is not None]
     best, where = None, ""
+    # a Finding keeps its twins apart (finding.Finding.twin_cells); a bare study holds them
+    twin_of = getattr(f, "twin_of", None) or {}
+    extra = getattr(f, "twin_cells", None)
+    cells = f.cells if extra is None or extra.height == 0 else pl.concat(
+        [f.cells, extra.select(f.cells.columns)], how="vertical_relaxed")
     for arm, _, workload, temp, level in sides:
-        for twin in twins(f.study, arm):
-            got = aa_pct(f.cells, arm, twin, metric, workload, temp, level)
+        for twin in [t for t, a in twin_of.items() if a == arm] or twins(f.study, arm):
+            got = aa_pct(cells, arm, twin, metric, workload, temp, level)
             if got is not None and (best is None or got > best):
                 at = f" at {level} stream{'s' if level != 1 else ''}" if level else ""
                 best, where = got, f"{arm} against its twin {twin}{at}"
