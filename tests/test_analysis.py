@@ -749,3 +749,32 @@ def test_a_missing_nvfp4_target_is_named_with_its_exporter(tmp_path, monkeypatch
     assert "export-drafters" not in note
     (tmp_path / "build" / "nvfp4-target").mkdir()
     assert pipeline.missing_local_folders(study) == ""
+
+
+def test_a_studys_aa_twins_are_no_arm_of_its_finding(tmp_path):
+    """A twin (`noise_of`) is measured and stored like an arm, but the finding's tables,
+    figures and claims see the study's own arms; the verdicts' noise reads the twin."""
+    _, study = pipeline.study_for(SMOKE, "06_draft_schedule_under_load")
+    arms = [a.model_dump(include={"name", "profile", "overrides", "label"}) for a in study.arms]
+    base = next(a for a in arms if a["name"] == study.baseline)
+    twin = {**base, "name": f"{base['name']}-aa", "noise_of": base["name"]}
+    over = {"arms": [*arms, twin]}
+
+    def figures(cell, prof):
+        out = plain(cell, prof)
+        if cell.arm.name == twin["name"]:
+            out["agg_tok_s"] *= 1.05  # the same arm again reads 5 % higher
+        return out
+
+    write_cells(tmp_path, SMOKE, "06_draft_schedule_under_load", figures, overrides=over)
+    f = pipeline.load_finding(SMOKE, "06_draft_schedule_under_load", "replay", tmp_path,
+                              overrides=over)
+    assert twin["name"] not in f.cells["arm"].to_list()
+    assert twin["name"] not in [a.name for a in f.study.arms]
+    assert f.twin_of == {twin["name"]: base["name"]}
+    assert set(f.twin_cells["arm"].to_list()) == {twin["name"]}
+    assert f.missing == 0 and f.cells.height == f.declared
+    from specrepro.analysis import noise
+    c = f.cells["concurrency"].min()
+    nz = noise.measure(f, "agg_tok_s", [(base["name"], [1.0], None, None, c)])
+    assert nz.aa_pct == pytest.approx(5.0) and twin["name"] in nz.aa_where
