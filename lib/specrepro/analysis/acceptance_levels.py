@@ -15,7 +15,8 @@ Design:
   (`chunk_vs_counters`): where a cell's chunks hold more tokens than its counters' steps
   give (steps coalesced), its per-request figures are not read as steps.
 - Two levels agree when |Δ| <= 2 standard errors of the difference (z <= 2), each level's
-  standard error from its own requests.
+  standard error from its own requests. Repeats are pooled: they send the same prompts, so
+  with several the error is optimistic (the stand-in suite runs one round).
 """
 
 from __future__ import annotations
@@ -55,21 +56,26 @@ def per_request(requests: pl.DataFrame) -> pl.DataFrame:
 
 
 def levels(cells: pl.DataFrame, requests: pl.DataFrame) -> list[LevelAcceptance]:
-    """Each speculative cell's tokens per step, by counters and by request."""
+    """Each speculative arm's tokens per step at each level, by counters (the mean over
+    its repeats) and by request (pooled over them). Arms on a batch-size schedule are left
+    out: their draft count changes with the level by design."""
     out = []
     spec = cells.filter(pl.col("acceptance_length").is_not_null())
+    if "schedule" in spec.columns:
+        spec = spec.filter(pl.col("schedule").is_null())
     reqs = per_request(requests)
-    for row in spec.sort("arm", "concurrency").iter_rows(named=True):
-        mine = reqs.filter((pl.col("cell_id") == row["cell_id"])
-                           & (pl.col("attempt") == row["attempt"]))
+    for (arm, level), rows in sorted(spec.group_by("arm", "concurrency"),
+                                     key=lambda kv: (kv[0][0], kv[0][1])):
+        keys = rows.select("cell_id", "attempt")
+        mine = reqs.join(keys, on=["cell_id", "attempt"], how="semi")
+        counters = rows["acceptance_length"].mean()
         taus = (mine["tokens"] / mine["steps"]).to_list() if mine.height else []
         mean = sum(taus) / len(taus) if taus else None
         sd = (math.sqrt(sum((t - mean) ** 2 for t in taus) / (len(taus) - 1))
               if len(taus) > 1 else None)
         pooled = mine["tokens"].sum() / mine["steps"].sum() if mine.height else None
-        out.append(LevelAcceptance(
-            row["arm"], row["concurrency"], row["acceptance_length"], mean, sd, len(taus),
-            pooled / row["acceptance_length"] if pooled and row["acceptance_length"] else None))
+        out.append(LevelAcceptance(arm, level, counters, mean, sd, len(taus),
+                                   pooled / counters if pooled and counters else None))
     return out
 
 
