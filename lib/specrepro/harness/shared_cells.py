@@ -8,11 +8,14 @@ Design:
   repeat, seed, engine version and measurement settings), the command measures the first
   one it meets and files a copy of that attempt under every other study that asks for it:
   the cells row with the study's own cell id, arm name and `shared_from`
-  (`<study>/<cell_id>` of the measured attempt), and the same requests. Power, energy and
-  the window's counters come with it, so 07's bill reads the windows 06 timed.
-- The copy is an attempt of its own in the receiving store, never a link: each study's
-  store stays self-contained (a notebook replays it alone, `specrepro compact` folds it),
-  and the measured attempt is never touched. Its `identical_to_baseline` is recomputed
+  (`<study>/<cell_id>` of the measured attempt). Power, energy and the window's counters
+  come with it, so 07's bill reads the windows 06 timed.
+- The row is an attempt of its own in the receiving store; its requests are not copied
+  (a windowed 128-stream cell holds some 500 requests with every chunk's timing: 06's
+  fourteen cells on the H100 took 1.4 MB, and 07's copies of them as much again). The
+  loaders read them from the measured attempt in the sibling store, under the copy's id
+  (store.load_requests): the two stores travel and are committed together. The measured
+  attempt is never touched. Its `identical_to_baseline` is recomputed
   against the receiving study's own baseline, which may be another arm.
 - Sources are the command's stores: what they held when it began (an earlier command's
   cells count) and what it measures as it goes. A cell is looked up under every engine
@@ -113,4 +116,6 @@ class SharedCells:
                    for r in requests]
         out["identical_to_baseline"] = identical_share(
             records, baseline_requests(ctx.store, ctx.study, cell))
-        ctx.store.append_cell(out, requests)
+        # the requests stay in the measured attempt's store: the loaders read them from
+        # there for this cell (store.load_requests), so a shared cell costs no second copy
+        ctx.store.append_cell(out, [])

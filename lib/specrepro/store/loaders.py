@@ -39,10 +39,13 @@ def load_cells(path: Path | str) -> pl.DataFrame:
 
 @vanishing_parts_retried
 def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.DataFrame:
-    """The requests of the attempts load_cells() chooses (or of the cells given)."""
+    """The requests of the attempts load_cells() chooses (or of the cells given). A cell
+    filed from another study's measurement (`shared_from`: harness/shared_cells.py) keeps
+    no requests of its own: they are read from the measured attempt, in the store of that
+    study beside this one (same results folder and run id), under this cell's id."""
     root = Path(path)
-    chosen = (load_cells(root) if cells is None else cells).select(
-        ["study", "run_id", "cell_id", "attempt"])
+    picked = load_cells(root) if cells is None else cells
+    chosen = picked.select(["study", "run_id", "cell_id", "attempt"])
     by_run: dict[Path, list[Path]] = {}
     for f in table_files(root, "requests"):
         by_run.setdefault(f.parent.parent, []).append(f)
@@ -57,7 +60,46 @@ def load_requests(path: Path | str, cells: pl.DataFrame | None = None) -> pl.Dat
         if hit.height:
             frames.append(hit.with_columns(pl.lit(study).alias("study"),
                                            pl.lit(run_id).alias("run_id")))
+    own = {(f["study"][0], c) for f in frames for c in f["cell_id"].unique().to_list()}
+    frames += shared_requests(root, picked, own)
     if not frames:
         return empty(REQUEST_SCHEMA).with_columns(
             pl.lit(None, pl.String).alias("study"), pl.lit(None, pl.String).alias("run_id"))
     return pl.concat(frames, how="vertical").sort(["cell_id", "request_idx"])
+
+
+def shared_requests(root: Path, cells: pl.DataFrame, own: set[tuple[str, str]]
+                    ) -> list[pl.DataFrame]:
+    """The requests of cells filed from another study's attempt (`shared_from`
+    "<study>/<cell_id>") that hold none of their own (`own`: (study, cell id) found), read
+    from that study's store beside theirs and keyed as theirs."""
+    if "shared_from" not in cells.columns:
+        return []
+    copies = cells.filter(pl.col("shared_from").is_not_null() & ~pl.struct(
+        "study", "cell_id").map_elements(lambda r: (r["study"], r["cell_id"]) in own,
+                                         return_dtype=pl.Boolean))
+    if not copies.height:
+        return []
+    runs = {f.parent.parent for f in table_files(root, "cells")}
+    out = []
+    for row in copies.iter_rows(named=True):
+        run = next((r for r in runs if (r.parent.name, r.name) == (row["study"],
+                                                                    row["run_id"])), None)
+        src_study, _, src_cid = row["shared_from"].partition("/")
+        if run is None or not src_cid:
+            continue
+        src = run.parent.parent / src_study / run.name
+        if not (src / "cells").is_dir():
+            continue
+        measured = load_cells(src).filter(pl.col("cell_id") == src_cid)
+        if not measured.height:
+            continue
+        hit = read_rows(table_files(src, "requests"), "requests").filter(
+            (pl.col("cell_id") == src_cid) & (pl.col("attempt") == measured["attempt"][0]))
+        if hit.height:
+            out.append(hit.with_columns(pl.lit(row["cell_id"]).alias("cell_id"),
+                                        pl.lit(row["attempt"]).cast(hit.schema["attempt"])
+                                        .alias("attempt"),
+                                        pl.lit(row["study"]).alias("study"),
+                                        pl.lit(row["run_id"]).alias("run_id")))
+    return out
