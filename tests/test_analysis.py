@@ -778,3 +778,30 @@ def test_a_studys_aa_twins_are_no_arm_of_its_finding(tmp_path):
     c = f.cells["concurrency"].min()
     nz = noise.measure(f, "agg_tok_s", [(base["name"], [1.0], None, None, c)])
     assert nz.aa_pct == pytest.approx(5.0) and twin["name"] in nz.aa_where
+
+
+def test_a_twin_at_the_ends_gives_a_level_between_them_the_larger_of_its_two_ends(tmp_path):
+    _, study = pipeline.study_for(SMOKE, "06_draft_schedule_under_load")
+    arms = [a.model_dump(include={"name", "profile", "overrides", "label"}) for a in study.arms]
+    base = next(a for a in arms if a["name"] == study.baseline)
+    twin = {**base, "name": f"{base['name']}-aa", "noise_of": base["name"]}
+    levels = [1, 2, 4]
+    inner = [2]
+    over = {"arms": [*arms, twin], "concurrency": levels,
+            "skip": [{"arm": twin["name"], "concurrency": inner}]}
+
+    def figures(cell, prof):
+        out = plain(cell, prof)
+        if cell.arm.name == twin["name"]:  # 2 % apart at the lowest, 6 % at the highest
+            out["agg_tok_s"] *= 1.02 if cell.concurrency == levels[0] else 1.06
+        return out
+
+    write_cells(tmp_path, SMOKE, "06_draft_schedule_under_load", figures, overrides=over)
+    f = pipeline.load_finding(SMOKE, "06_draft_schedule_under_load", "replay", tmp_path,
+                              overrides=over)
+    from specrepro.analysis import noise
+    nz = noise.measure(f, "agg_tok_s", [(base["name"], [1.0], None, None, inner[0])])
+    assert nz.aa_pct == pytest.approx(6.0)
+    assert f"at {levels[0]}, {levels[-1]} streams, the larger (none at {inner[0]})" in nz.aa_where
+    at_end = noise.measure(f, "agg_tok_s", [(base["name"], [1.0], None, None, levels[0])])
+    assert at_end.aa_pct == pytest.approx(2.0)

@@ -76,12 +76,18 @@ def params_hash(obj: Any) -> str:
 # --------------------------------------------------------------------------- identities
 
 
-def profile_identity(profile: Any) -> dict:
+def profile_identity(profile: Any, recorded: Mapping[str, str] | None = None) -> dict:
     """What of a profile defines the measurement (no prose, no timeouts); a model or drafter
-    that is a local directory adds its content fingerprint."""
+    that is a local directory adds its content fingerprint. `recorded` ({folder: content
+    fingerprint}, from a store's manifest) stands in for a local folder this machine does
+    not have (a replay of a GPU machine's 21-GiB stand-in on a laptop): a folder that
+    exists here is always fingerprinted from its own bytes."""
     ident = profile.model_dump(mode="json", exclude=PROFILE_PROSE)
     for key, ref in (("model", profile.model), ("drafter", profile.drafter)):
         content = local_model_fingerprint(ref.id) if ref is not None else None
+        if content is None and ref is not None and recorded and ref.id in recorded \
+                and not Path(ref.id).exists():
+            content = recorded[ref.id]
         if content is not None:
             ident[key]["content_sha256"] = content
     return ident
@@ -102,13 +108,14 @@ def measurement(study: Any, cell: Any = None) -> dict:
     return out
 
 
-def cell_identity(study: Any, cell: Any, engine_version: str | None) -> dict:
+def cell_identity(study: Any, cell: Any, engine_version: str | None,
+                  recorded: Mapping[str, str] | None = None) -> dict:
     """Everything that defines a cell of a resolved study: the resolved arm (profile and
     overrides, model revisions inside), workload, concurrency, sampling, repeat, seed,
-    engine version and the study's measurement settings."""
+    engine version and the study's measurement settings (`recorded`: profile_identity's)."""
     arm = next(a for a in study.arms if a.name == cell.arm.name)
     return {
-        "arm": {"name": arm.name, "profile": profile_identity(arm.resolved)},
+        "arm": {"name": arm.name, "profile": profile_identity(arm.resolved, recorded)},
         "workload": cell.workload.model_dump(mode="json"),
         "concurrency": cell.concurrency,
         "sampling": cell.sampling.model_dump(mode="json"),
@@ -119,9 +126,23 @@ def cell_identity(study: Any, cell: Any, engine_version: str | None) -> dict:
     }
 
 
-def cell_id(study: Any, cell: Any, engine_version: str | None) -> str:
-    """The results store's key for a cell measured on an engine of this version."""
-    return digest(cell_identity(study, cell, engine_version))
+def cell_id(study: Any, cell: Any, engine_version: str | None,
+            recorded: Mapping[str, str] | None = None) -> str:
+    """The results store's key for a cell measured on an engine of this version
+    (`recorded`: fingerprints of local folders absent here, profile_identity's)."""
+    return digest(cell_identity(study, cell, engine_version, recorded))
+
+
+def recorded_fingerprints(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """{local folder: the content fingerprint its sessions recorded} from a store's
+    manifest (each session's `models`), where every session that recorded the folder
+    recorded one fingerprint: a folder exported anew between sessions is left out."""
+    seen: dict[str, set[str]] = {}
+    for session in manifest.get("sessions", []):
+        for m in session.get("models") or []:
+            if m.get("id") and m.get("content_sha256"):
+                seen.setdefault(m["id"], set()).add(m["content_sha256"])
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
 
 
 def shared_key(study: Any, cell: Any, engine_version: str | None) -> str:

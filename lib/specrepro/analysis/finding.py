@@ -90,6 +90,8 @@ class Finding:
     # table, figure or claim shows one; analysis/noise.py reads them.
     twin_cells: pl.DataFrame | None = None
     twin_of: dict[str, str] = field(default_factory=dict)
+    # local folders absent here whose cells were matched by the manifest's fingerprint
+    recorded: dict[str, str] = field(default_factory=dict)
 
     @property
     def declared(self) -> int:
@@ -148,6 +150,9 @@ class Finding:
             + (f"; {other}" if (other := self.other_identity_text()) else "")
             + (f"; not measured here: {self.not_measured_why}" if self.not_measured_why
                else "")
+            + (f"; {', '.join(sorted(self.recorded))} not on this machine: cells matched by "
+               "the content fingerprint the manifest recorded where they were measured"
+               if self.recorded else "")
         )
 
 
@@ -171,7 +176,8 @@ def from_store(notebook_id: str, study: ResolvedStudy, suite: Suite, store_root:
         study = study.model_copy(update={"arms": [a for a in study.arms
                                                   if a.noise_of is None]})
     return Finding(notebook_id, study, suite, store_root, cells, reqs, measured, manifest,
-                   missing_cells(store_root, study, stored).height, why_not, twins, twin_of)
+                   missing_cells(store_root, study, stored).height, why_not, twins, twin_of,
+                   absent_folders_recorded(store_root, study))
 
 
 def missing_folders(study: ResolvedStudy, root: Path = Path(".")) -> dict[str, str]:
@@ -217,7 +223,8 @@ def stored_cells(store_root: Path, study: ResolvedStudy) -> pl.DataFrame:
         CELL_SCHEMA)
     # a null matches a null (no speculation has no draft count)
     joined = cells.join(declared.select(CELL_MATCH), on=CELL_MATCH, how="semi", nulls_equal=True)
-    joined = joined.filter(pl.Series(same_identity(study, joined), dtype=pl.Boolean))
+    recorded = absent_folders_recorded(store_root, study)
+    joined = joined.filter(pl.Series(same_identity(study, joined, recorded), dtype=pl.Boolean))
     latest = (joined.sort("ended_at", nulls_last=False)
               .group_by(CELL_KEY, maintain_order=True).last())
     order = {a.name: i for i, a in enumerate(study.arms)}
@@ -227,7 +234,20 @@ def stored_cells(store_root: Path, study: ResolvedStudy) -> pl.DataFrame:
             .drop("_order"))
 
 
-def same_identity(study: ResolvedStudy, rows: pl.DataFrame) -> list[bool]:
+def absent_folders_recorded(store_root: Path, study: ResolvedStudy) -> dict[str, str]:
+    """For the local folders the study's arms name that do not exist here (the GPU
+    machine's stand-in, `missing_folders`), the content fingerprint the store's manifest
+    recorded where they were measured: a replay elsewhere matches its cells by the record
+    (the report says so, `Finding.describe`); a folder that exists is read from its bytes."""
+    gone = missing_folders(study)
+    if not gone or not (store_root / "manifest.json").is_file():
+        return {}
+    manifest = ResultStore(store_root.parent.parent, study.name, store_root.name).manifest()
+    return {k: v for k, v in identity.recorded_fingerprints(manifest).items() if k in gone}
+
+
+def same_identity(study: ResolvedStudy, rows: pl.DataFrame,
+                  recorded: dict[str, str] | None = None) -> list[bool]:
     """Per stored row: was it measured for one of the declared cells at its level, exactly?
 
     The row's cell id hashes everything that defines the cell (resolved profile with its
@@ -241,8 +261,8 @@ def same_identity(study: ResolvedStudy, rows: pl.DataFrame) -> list[bool]:
     keep = []
     for row in rows.select([*CELL_KEY, "cell_id", "engine_version"]).iter_rows(named=True):
         cands = by_level.get(key_of(row), [])
-        keep.append(any(identity.cell_id(study, c, row["engine_version"]) == row["cell_id"]
-                        for c in cands))
+        keep.append(any(identity.cell_id(study, c, row["engine_version"], recorded)
+                        == row["cell_id"] for c in cands))
     return keep
 
 

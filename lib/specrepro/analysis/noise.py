@@ -8,6 +8,8 @@ Design:
     its own (params/schema.py). At each workload, level and temperature, the A/A noise is
     |mean(twin) - mean(arm)| / mean(arm): what two measurements of one configuration differ
     by in this suite. It is taken for either side of the check that has a twin, the larger.
+    A twin measured at a study's lowest and highest levels only (the stand-in suites) gives
+    a level between them the larger of its two ends, and the band says so.
 - The band is the larger of the two measures (`Noise.band_pct`):
   - a directional difference at or inside it is a tie, never a win;
   - a "same" claim holds only when the difference is inside its own band (claims.yaml
@@ -97,7 +99,26 @@ def measure(f, metric: str, sides: list[tuple[str, list[float], str | None, floa
     for arm, _, workload, temp, level in sides:
         for twin in [t for t, a in twin_of.items() if a == arm] or twins(f.study, arm):
             got = aa_pct(cells, arm, twin, metric, workload, temp, level)
+            at = f" at {level} stream{'s' if level != 1 else ''}" if level else ""
+            if got is None and level is not None:
+                # a twin measured at the study's lowest and highest levels only: between
+                # them the suite's noise is the larger of its two ends, and says so
+                ends = twin_levels(cells, twin, workload, temp)
+                got = max((v for v in (aa_pct(cells, arm, twin, metric, workload, temp, lv)
+                                       for lv in ends) if v is not None), default=None)
+                at = (f" at {', '.join(map(str, ends))} streams, the larger (none at "
+                      f"{level})") if got is not None else at
             if got is not None and (best is None or got > best):
-                at = f" at {level} stream{'s' if level != 1 else ''}" if level else ""
                 best, where = got, f"{arm} against its twin {twin}{at}"
     return Noise(max(spreads) if spreads else None, best, where)
+
+
+def twin_levels(cells: pl.DataFrame, twin: str, workload: str | None,
+                temperature: float | None) -> list[int]:
+    """The levels a twin was measured at (of one workload and temperature where given)."""
+    part = cells.filter(pl.col("arm") == twin)
+    if workload is not None:
+        part = part.filter(pl.col("workload") == workload)
+    if temperature is not None:
+        part = part.filter(pl.col("temperature") == temperature)
+    return sorted(set(part["concurrency"].to_list()))
