@@ -27,7 +27,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_study(tmp_path: Path, checkpoint: Path, probes_: list[dict]) -> Path:
+def write_study(tmp_path: Path, checkpoint: Path, probes_: list[dict],
+                **extra) -> Path:
     params = tmp_path / "params"
     (params / "profiles").mkdir(parents=True)
     (params / "studies").mkdir()
@@ -47,7 +48,7 @@ def write_study(tmp_path: Path, checkpoint: Path, probes_: list[dict]) -> Path:
         "name": "probe_tiny", "notebook": "probe_tiny", "arms": [{"name": "mtp",
                                                                   "profile": "tiny"}],
         "workloads": [{"name": "essays", "n": 2, "form": "completion", "max_tokens": 8}],
-        "concurrency": [1], "probes": probes_}))
+        "concurrency": [1], "probes": probes_, **extra}))
     return study
 
 
@@ -215,3 +216,20 @@ def test_a_study_with_no_cells_says_what_its_probes_answered(tmp_path):
     assert ("its probes, from the store: vLLM 0.26.0, drafter quantization fp8 "
             "(vllm-0.26-dflash-k7-fp8-drafter): does not start (profile") in text
     assert "ValueError: hf_overrides must be a dict for get_quant_config" in text
+
+
+def test_a_probe_sends_one_request_where_the_study_windows_its_one_stream_cells(
+        tiny_checkpoint, tmp_path, capsys):
+    """The stand-in suites time one-stream cells in a counter window: a probe still sends
+    one request (it asked several, and failed unpacking them, on the H100 on 2026-12-07),
+    and records its engine's start to ready."""
+    study = write_study(tmp_path, tiny_checkpoint, PROBES[:1],
+                        window={"skip_s": 0.0, "window_s": 0.5, "turnovers": 1,
+                                "max_window_s": 2.0, "min_concurrency": 1})
+    results = tmp_path / "results"
+    argv = [str(study), "--study", "probe_tiny", "--results-dir", str(results)]
+    assert probe_command.main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "starts (tiny): serves"
+    (session,) = ResultStore(results, "probe_tiny", "standalone").manifest()["sessions"]
+    (rec,) = session["probes"]
+    assert rec["answer"] == "serves" and rec["ready_s"] > 0

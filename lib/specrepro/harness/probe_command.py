@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 from pathlib import Path
 
 from specrepro import identity
@@ -68,6 +69,7 @@ def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Pa
               "profile_hash": identity.profile_hash(probe.resolved),
               "asked_at": now().isoformat(), "error": None}
     log = store.logs_dir / log_name(probe)
+    started = time.monotonic()
     try:
         eng = start_engine(probe, store.logs_dir, root,
                            placement_for(probe, study.placement, process.allowed_cpus()),
@@ -75,11 +77,15 @@ def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Pa
     except (EngineError, ParamsError, RuntimeError, OSError) as err:
         record.update(answer=NO_START, error=str(err))
     else:
+        # start to ready, as `specrepro run` records it for an arm's launch (ready_s)
+        record["ready_s"] = round(time.monotonic() - started, 1)
         try:
             record["engine"] = eng.describe()
             cell = next(iter(study.cells()))  # the study's request form and sampling
+            # one request, every prompt once: never the study's steady window (a study
+            # that windows its one-stream cells would send requests for seconds)
             cfg = dataclasses.replace(load_config(study, cell, eng, REQUEST_TIMEOUT_S),
-                                      concurrency=1, warmup=0)
+                                      concurrency=1, warmup=0, mode="requests", steady=None)
             (rec,) = LoadGenerator(cfg).run(build_workload(cell.workload)[:1]).records
             if rec.ok and (rec.completion_tokens or 0) > 0:
                 record.update(answer=SERVES, tokens=rec.completion_tokens)
