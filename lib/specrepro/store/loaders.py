@@ -75,9 +75,10 @@ def shared_requests(root: Path, cells: pl.DataFrame, own: set[tuple[str, str]]
     from that study's store beside theirs and keyed as theirs."""
     if "shared_from" not in cells.columns:
         return []
-    copies = cells.filter(pl.col("shared_from").is_not_null() & ~pl.struct(
-        "study", "cell_id").map_elements(lambda r: (r["study"], r["cell_id"]) in own,
-                                         return_dtype=pl.Boolean))
+    copies = cells.filter(pl.col("shared_from").is_not_null())
+    copies = copies.filter(pl.Series([(st, c) not in own for st, c in
+                                      copies.select("study", "cell_id").iter_rows()],
+                                     dtype=pl.Boolean))
     if not copies.height:
         return []
     runs = {f.parent.parent for f in table_files(root, "cells")}
