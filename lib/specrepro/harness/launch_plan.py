@@ -89,8 +89,8 @@ def launch_groups(ctxs: Sequence[_Run]) -> list[list[tuple[_Run, ResolvedArm]]]:
             twin = getattr(arm, "noise_of", None) is not None  # its own start (docstring)
             key = (identity.profile_hash(arm.resolved), ctx.study.placement, twin)
             keyed.setdefault(key, []).append((ctx, arm))
-    # twins' groups last: stable, so each part keeps its order of first appearance
-    groups = sorted(keyed.values(), key=lambda g: getattr(g[0][1], "noise_of", None) is not None)
+    groups = list(keyed.values())
+    twins = {i for i, key in enumerate(keyed) if key[2]}
     where = {(id(ctx), arm.name): i for i, g in enumerate(groups) for ctx, arm in g}
     after: dict[int, set[int]] = {i: set() for i in range(len(groups))}  # i runs after these
     for ctx in ctxs:
@@ -100,7 +100,6 @@ def launch_groups(ctxs: Sequence[_Run]) -> list[list[tuple[_Run, ResolvedArm]]]:
             for arm in arms[1:]:
                 if where[(id(ctx), arm.name)] != first:
                     after[where[(id(ctx), arm.name)]].add(first)
-    twins = {i for i, g in enumerate(groups) if getattr(g[0][1], "noise_of", None) is not None}
     order: list[int] = []
     while len(order) < len(groups):
         left = [i for i in range(len(groups)) if i not in order]

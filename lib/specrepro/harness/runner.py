@@ -20,7 +20,8 @@ Design:
   start says so in its engine entry (`shared_launch`) and keeps its own copy of that
   launch's log. A cell another study of the command has measured (same resolved profile,
   workload, level, sampling, repeat and seed) is not measured again: its attempt is filed
-  under this study too, `shared_from` naming the one measured (shared_cells.py). The row's figures come from `cells.py` (which takes each formula from
+  under this study too, `shared_from` naming the one measured (shared_cells.py). The
+  row's figures come from `cells.py` (which takes each formula from
   `metrics.py`); nothing is computed here. `run_study` is the one-study case.
 - Cell identity (`specrepro.identity.cell_id`) includes the engine version, known only once
   the engine answers. To skip an arm whose cells are all done without launching it, the

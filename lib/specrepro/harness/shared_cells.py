@@ -78,9 +78,9 @@ class SharedCells:
              version: str | None) -> int:
         """Copy into `ctx`'s store every cell of `cells` it lacks that another study of
         the command has measured; returns how many. `version`: the arm's engine version
-        where known (a live engine's), else each recorded one is tried."""
-        tried = [version] if version is not None else []
-        tried += [v for v in self.versions(arm) if v not in tried]
+        where known (a live engine's, or the one its store recorded): only cells of that
+        version are its cells; else each version a store of the command recorded is tried."""
+        tried = [version] if version is not None else self.versions(arm)
         n = 0
         for cell in cells:
             for v in tried:
