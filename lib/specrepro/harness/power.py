@@ -259,9 +259,11 @@ class PowerSampler:
         mems = [m for _, _, m in self._samples if m is not None]
         if mems:
             rep.peak_mem_mib, rep.mem_used_mib = max(mems), mems[-1]
-        if span is not None and span[1] > span[0]:
+        edges = None  # the span's part inside start-stop, where it has one
+        if span is not None:
             lo, hi = max(span[0], self._t0), min(span[1], self._t1)
             if hi > lo:
+                edges = (lo, hi)
                 watts = _clip(watts, lo, hi)
                 rep.duration_s = hi - lo
         integral = _trapezoid(watts)
@@ -269,9 +271,8 @@ class PowerSampler:
             rep.power_w_mean = (integral / rep.duration_s if integral is not None and
                                 len(watts) > 1 else watts[0][1])
         counter = self._energy if len(self._energy) > 1 else []
-        if counter and span is not None and rep.duration_s and span[1] > span[0]:
-            lo, hi = max(span[0], self._t0), min(span[1], self._t1)
-            rep.energy_j = (_at(counter, hi) - _at(counter, lo)) / 1000.0
+        if counter and edges is not None:
+            rep.energy_j = (_at(counter, edges[1]) - _at(counter, edges[0])) / 1000.0
             rep.energy_source = "nvml_energy_counter"
             rep.power_w_mean = rep.energy_j / rep.duration_s
         elif counter:

@@ -82,25 +82,25 @@ def shared_requests(root: Path, cells: pl.DataFrame, own: set[tuple[str, str]]
     if not copies.height:
         return []
     runs = {f.parent.parent for f in table_files(root, "cells")}
-    out = []
+    wanted: dict[Path, list[tuple[dict, str]]] = {}  # source store -> (copy, source cell id)
     for row in copies.iter_rows(named=True):
         run = next((r for r in runs if (r.parent.name, r.name) == (row["study"],
                                                                     row["run_id"])), None)
         src_study, _, src_cid = row["shared_from"].partition("/")
-        if run is None or not src_cid:
-            continue
-        src = run.parent.parent / src_study / run.name
-        if not (src / "cells").is_dir():
-            continue
-        measured = load_cells(src).filter(pl.col("cell_id") == src_cid)
-        if not measured.height:
-            continue
-        hit = read_rows(table_files(src, "requests"), "requests").filter(
-            (pl.col("cell_id") == src_cid) & (pl.col("attempt") == measured["attempt"][0]))
-        if hit.height:
-            out.append(hit.with_columns(pl.lit(row["cell_id"]).alias("cell_id"),
-                                        pl.lit(row["attempt"]).cast(hit.schema["attempt"])
-                                        .alias("attempt"),
-                                        pl.lit(row["study"]).alias("study"),
-                                        pl.lit(row["run_id"]).alias("run_id")))
+        if run is not None and src_cid:
+            src = run.parent.parent / src_study / run.name
+            if (src / "cells").is_dir():
+                wanted.setdefault(src, []).append((row, src_cid))
+    out = []
+    for src, items in wanted.items():  # each source store read once
+        measured = load_cells(src).filter(pl.col("cell_id").is_in([c for _, c in items]))
+        reqs = load_requests(src, measured)
+        for row, src_cid in items:
+            hit = reqs.filter(pl.col("cell_id") == src_cid)
+            if hit.height:
+                out.append(hit.with_columns(pl.lit(row["cell_id"]).alias("cell_id"),
+                                            pl.lit(row["attempt"]).cast(hit.schema["attempt"])
+                                            .alias("attempt"),
+                                            pl.lit(row["study"]).alias("study"),
+                                            pl.lit(row["run_id"]).alias("run_id")))
     return out
