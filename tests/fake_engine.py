@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 from aiohttp import web
 
@@ -118,3 +119,19 @@ class FakeEngine(ThreadedApp):
     def running_between(self, lo: float, hi: float) -> list[int]:
         """The running count of every step that ended inside [lo, hi]."""
         return [run for t, run, _ in self.steps if lo <= t <= hi]
+
+
+def write_params(tmp_path: Path, fakes: dict[str, FakeEngine]) -> Path:
+    """A params folder (profiles/, studies/) with one attach profile per fake engine,
+    `fake-<name>`, each seen as vLLM: where a test's studies go."""
+    import yaml
+
+    params = tmp_path / "params"
+    for sub in ("profiles", "studies"):
+        (params / sub).mkdir(parents=True, exist_ok=True)
+    for name, eng in fakes.items():
+        (params / "profiles" / f"fake-{name}.yaml").write_text(yaml.safe_dump(
+            {"engine": "attach", "url": eng.url, "attached_engine": "vllm",
+             "model": {"id": "fake", "revision": None}}))
+    return params
+

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 import yaml
 
-from fake_engine import FakeEngine
+from fake_engine import FakeEngine, write_params
 from specrepro import identity
 from specrepro.harness import runner
 from specrepro.harness.run_command import resolve
@@ -28,13 +28,7 @@ def fakes():
 
 
 def write_study(tmp_path, fakes, interleave: str):
-    params = tmp_path / "params"
-    for sub in ("profiles", "studies"):
-        (params / sub).mkdir(parents=True, exist_ok=True)
-    for arm, eng in fakes.items():
-        (params / "profiles" / f"fake-{arm}.yaml").write_text(yaml.safe_dump(
-            {"engine": "attach", "url": eng.url, "attached_engine": "vllm",
-             "model": {"id": "fake", "revision": None}}))
+    params = write_params(tmp_path, fakes)
     study = {"name": "interleave", "notebook": "06_draft_schedule_under_load",
              "arms": [{"name": arm, "profile": f"fake-{arm}"} for arm in ARMS],
              "baseline": "a",

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 import yaml
 
-from fake_engine import FakeEngine
+from fake_engine import FakeEngine, write_params
 from specrepro.harness.launch_plan import launch_groups
 from specrepro.harness.run_command import resolve
 from specrepro.harness.runner import _Run, run_studies
@@ -26,13 +26,7 @@ def fakes():
 
 
 def write(tmp_path, fakes, studies: list[dict]):
-    params = tmp_path / "params"
-    for sub in ("profiles", "studies"):
-        (params / sub).mkdir(parents=True, exist_ok=True)
-    for arm, eng in fakes.items():
-        (params / "profiles" / f"fake-{arm}.yaml").write_text(yaml.safe_dump(
-            {"engine": "attach", "url": eng.url, "attached_engine": "vllm",
-             "model": {"id": "fake", "revision": None}}))
+    params = write_params(tmp_path, fakes)
     out = []
     for spec in studies:
         study = {"workloads": ESSAYS, "concurrency": [1, 2],
