@@ -796,11 +796,12 @@ def test_the_h200_engines_results_are_not_git_ignored():
     assert ignored("results/rtx-pro-6000/01_drafter_block_sweep/rtx-pro-6000/manifest.json")
 
 
-def test_the_standin_vllm_profiles_capture_graphs_for_the_suites_levels_only():
+@pytest.mark.parametrize("suite_file", ["h200-standin.yaml", "h100-standin.yaml"])
+def test_the_standin_vllm_profiles_capture_graphs_for_the_suites_levels_only(suite_file):
     """Issue 37: request slots at the suite's top level, and CUDA graphs captured for the
     batch sizes its cells run at (each level times 1 + the arm's drafts there), so an
     engine start captures no graph a cell never uses and every level has its own."""
-    suite = params.load_suite(PARAMS / "h200-standin.yaml")
+    suite = params.load_suite(PARAMS / suite_file)
     studies = params.resolve_all(suite)
     levels = sorted({c for st in studies.values() for c in st.concurrency})
     assert levels == [1, 2, 4, 8, 16, 32, 64, 128]
@@ -821,3 +822,28 @@ def test_the_standin_vllm_profiles_capture_graphs_for_the_suites_levels_only():
             if not (spec and spec.num_speculative_tokens_per_batch_size):
                 assert captured == need, (nb, arm.name)  # nothing else
     assert seen  # the vLLM arms of 01-04, 06 and 07
+
+
+def test_the_h100_suite_is_the_h200s_with_its_own_crossover_schedule():
+    """The H100 suite measures the H200 suite's studies arm for arm on its own card, except
+    06's third schedule, placed at the H100's measured crossover (62 streams) under its own
+    arm name, so no cell of the schedule at 64 is ever mixed with it."""
+    h200 = params.resolve_all(params.load_suite(PARAMS / "h200-standin.yaml"))
+    h100 = params.resolve_all(params.load_suite(PARAMS / "h100-standin.yaml"))
+    assert list(h100) == list(h200)
+    for nb in h200:
+        if nb != "06_draft_schedule_under_load":
+            assert [a.name for a in h100[nb].arms] == [a.name for a in h200[nb].arms], nb
+            def cells(st):
+                return [(c.arm.name, c.workload.name, c.concurrency, c.sampling.temperature,
+                         c.repeat, c.seed) for c in st.cells()]
+            assert cells(h100[nb]) == cells(h200[nb]), nb
+    six = h100["06_draft_schedule_under_load"]
+    drafts = {a.name: [a.resolved.speculative.draft_tokens_at(c) if a.resolved.speculative
+                       else 0 for c in six.concurrency] for a in six.arms}
+    assert drafts.pop("schedule-crossover-62") == [7, 7, 7, 0, 0]   # 1, 8, 32 | 64, 128
+    assert "schedule-crossover" not in drafts
+    assert {a.name: (a.profile, a.overrides) for a in six.arms if a.name in drafts} == {
+        a.name: (a.profile, a.overrides) for a in h200["06_draft_schedule_under_load"].arms
+        if a.name in drafts}
+
