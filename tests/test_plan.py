@@ -15,7 +15,7 @@ import yaml
 
 from specrepro import identity
 from specrepro.harness import plan_command
-from specrepro.harness.cost_model import CostModel
+from specrepro.harness.cost_model import CostModel, Estimate
 from specrepro.harness.costs import Stored, read_stores
 from specrepro.harness.deadline import start_repays
 from specrepro.harness.plan import make_plan
@@ -226,9 +226,13 @@ def test_requests_cells_send_every_prompt_once_in_waves(tmp_path):
         assert costs.cell(st, cell).s == pytest.approx(math.ceil(n / c) * cap / rate), cell
 
 
-def store_with(tmp_path: Path, study_name: str, *, engines=(), cells=(), at=None):
+def store_with(tmp_path: Path, study_name: str, *, engines=(), cells=(), at=None,
+               host: str = ""):
+    """A store of one session; its machine unnamed unless `host` names it (starts on an
+    unnamed machine all count as later starts: cost_model.CostModel.split_first_starts)."""
     store = ResultStore(tmp_path / "results", study_name, "r")
     store.begin_session({"params": None})
+    store.update_session(host={"hostname": host})
     if at is not None:
         store.update_session(started_at=at.isoformat())
     if engines:
@@ -290,6 +294,38 @@ def test_measured_constants_come_first_then_the_engine_then_the_priors(tmp_path)
     with pytest.raises(ParamsError) as err:
         empty.cell(st, cells[("k3", 1)])
     assert str(path) in str(err.value) and "plan.engines.vllm" in str(err.value)
+
+
+def test_a_first_start_on_a_machine_is_told_from_its_later_starts(tmp_path):
+    """A profile's first start on a machine pays the compile its later starts there reuse:
+    `start` reads the later starts, the first-start penalty is measured from both."""
+    s = study("06", S06, [("none", "p-none"), ("k7", "p-k7"), ("k3", "p-k3")])
+    path = write(tmp_path, {S06: s}, priors())
+    # machine A: p-none 90 then 50, 52; p-k7 110 then 46; p-mtp once (a first start only)
+    store_with(tmp_path, "a", host="A", at=T0, engines=[
+        {"arm": "n", "profile": "p-none", "engine": "vllm", "ready_s": 90.0, "launch": 1},
+        {"arm": "k", "profile": "p-k7", "engine": "vllm", "ready_s": 110.0, "launch": 2},
+        {"arm": "m", "profile": "p-mtp", "engine": "vllm", "ready_s": 95.0, "launch": 3},
+        {"arm": "n2", "profile": "p-none", "engine": "vllm", "ready_s": 50.0, "launch": 4},
+        {"arm": "k2", "profile": "p-k7", "engine": "vllm", "ready_s": 46.0, "launch": 5}])
+    # a later session on machine A: p-none again (a later start); machine B: p-none first
+    store_with(tmp_path, "b", host="A", at=T0 + dt.timedelta(hours=1), engines=[
+        {"arm": "n", "profile": "p-none", "engine": "vllm", "ready_s": 52.0, "launch": 1}])
+    store_with(tmp_path, "c", host="B", at=T0 + dt.timedelta(hours=2), engines=[
+        {"arm": "n", "profile": "p-none", "engine": "vllm", "ready_s": 99.0, "launch": 1}])
+    costs = CostModel(load_suite(path).plan, read_stores([tmp_path / "results"]), str(path))
+    (st, _, _), = resolve(path)
+    arms = {a.name: a.resolved for a in st.arms}
+    assert costs.start(arms["none"]).s == 51.0      # later starts 50, 52 (first 90, 99 out)
+    assert costs.start(arms["k7"]).s == 46.0
+    k3 = costs.start(arms["k3"])                    # the engine's later starts: 50, 52, 46
+    assert (k3.s, k3.measured) == (50.0, True)
+    pen, per = costs.first_start("vllm")
+    # p-none on A: 90 - 51 = 39; p-k7 on A: 110 - 46 = 64; p-none on B, p-mtp: no later start
+    assert (pen.s, pen.measured, per) == (51.5, True, "profile")
+    # where no profile was started both ways, the declared prior
+    empty = CostModel(load_suite(path).plan, Stored(), str(path))
+    assert empty.first_start("vllm")[0] == Estimate(80, empty.used["first start vllm"])
 
 
 def test_an_arms_own_draft_schedule_is_not_costed_by_its_profiles_other_cells(tmp_path):

@@ -4,8 +4,12 @@ Design:
 - An engine start (`start`) is the median stored `ready_s` of the same profile (by name),
   else of every stored start of the same engine, else the engine's declared prior
   (`plan.engines.<engine>.start`). A lease's first start of a profile (or of the machine,
-  as the engine's `first_start.per` says) adds the declared first-start penalty
-  (`first_start`): nothing stored says which start was a machine's first.
+  as the engine's `first_start.per` says) adds the first-start penalty (`first_start`).
+  Stored starts are split by the machine that made them (the session's hostname, in the
+  order they ran): a profile's (or the machine's) first start there is a first start, the
+  others later ones. `start` reads the later ones; the penalty is the median, over the
+  profiles started both ways on one machine, of the first start less the median of the
+  later ones there, else the declared prior. Starts of an unnamed machine count as later.
 - A cell (`cell`) is, in this order:
   1. the median wall span of stored ok attempts of the same profile (and draft schedule:
      an arm's overrides change it under the profile's name), workload, level, timing
@@ -114,9 +118,17 @@ class CostModel:
         self.cells_by: dict[str, int] = defaultdict(int)  # chain level -> cells costed there
         self.starts_by_profile: dict[str, list[float]] = defaultdict(list)
         self.starts_by_engine: dict[str, list[float]] = defaultdict(list)
+        self.first_penalties: dict[str, list[float]] = defaultdict(list)
+        firsts = self.split_first_starts(stored)
         for s in stored.starts:
-            self.starts_by_profile[s.profile].append(s.ready_s)
-            self.starts_by_engine[s.engine].append(s.ready_s)
+            if id(s) not in firsts:
+                self.starts_by_profile[s.profile].append(s.ready_s)
+                self.starts_by_engine[s.engine].append(s.ready_s)
+        for s in stored.starts:  # a first start beside the same profile's later ones there
+            later = [o.ready_s for o in stored.starts if id(o) not in firsts
+                     and (o.host, o.profile) == (s.host, s.profile)]
+            if id(s) in firsts and later:
+                self.first_penalties[s.engine].append(s.ready_s - statistics.median(later))
         self.by_level: dict[tuple, list[StoredCell]] = defaultdict(list)
         self.by_engine: dict[tuple, list[StoredCell]] = defaultdict(list)
         for c in stored.ok_measured():
@@ -125,6 +137,22 @@ class CostModel:
             self.by_level[(c.profile, c.schedule, c.workload, c.concurrency, c.timing,
                            c.temperature)].append(c)
             self.by_engine[(c.engine, c.timing, c.concurrency)].append(c)
+
+    def split_first_starts(self, stored: Stored) -> set[int]:
+        """The ids of the stored starts that were a machine's first of their profile (or
+        the machine's first, as the engine's `first_start.per` says)."""
+        firsts: set[int] = set()
+        seen: set[tuple] = set()
+        for s in sorted(stored.starts, key=lambda s: (s.session_at, s.launch or 0)):
+            if not s.host:
+                continue
+            pri = self.plan.engines.get(s.engine) if self.plan else None
+            per = pri.first_start.per if pri else "profile"
+            key = (s.host, s.engine) if per == "machine" else (s.host, s.profile)
+            if key not in seen:
+                seen.add(key)
+                firsts.add(id(s))
+        return firsts
 
     # ------------------------------------------------------------------ priors
 
@@ -169,6 +197,13 @@ class CostModel:
     def first_start(self, engine: str) -> tuple[Estimate, str]:
         """The penalty of a lease's first start, and whether it is per profile or machine."""
         pri = self.priors(engine)
+        pool = self.first_penalties.get(engine)
+        if pool:
+            label = f"first start {engine}"
+            s = statistics.median(pool)
+            self.used[label] = (f"measured: median of {len(pool)} first start(s) of a "
+                                f"profile on a machine less its later starts there: +{s:.0f} s")
+            return Estimate(s, self.used[label], True), pri.first_start.per
         est = self.figure(f"first start {engine}", f"engines.{engine}.first_start",
                           pri.first_start)
         return est, pri.first_start.per
