@@ -232,7 +232,7 @@ def store_with(tmp_path: Path, study_name: str, *, engines=(), cells=(), at=None
     unnamed machine all count as later starts: cost_model.CostModel.split_first_starts)."""
     store = ResultStore(tmp_path / "results", study_name, "r")
     store.begin_session({"params": None})
-    store.update_session(host={"hostname": host})
+    store.update_session(host={"hostname": "vm", "boot_id": host} if host else {"hostname": ""})
     if at is not None:
         store.update_session(started_at=at.isoformat())
     if engines:
@@ -301,7 +301,8 @@ def test_a_first_start_on_a_machine_is_told_from_its_later_starts(tmp_path):
     `start` reads the later starts, the first-start penalty is measured from both."""
     s = study("06", S06, [("none", "p-none"), ("k7", "p-k7"), ("k3", "p-k3")])
     path = write(tmp_path, {S06: s}, priors())
-    # machine A: p-none 90 then 50, 52; p-k7 110 then 46; p-mtp once (a first start only)
+    # machine A: p-none 90 then 50, 52; p-k7 110 then 46; p-mtp once (a first start only);
+    # both machines are named "vm", as leased ones are: their boot ids tell them apart
     store_with(tmp_path, "a", host="A", at=T0, engines=[
         {"arm": "n", "profile": "p-none", "engine": "vllm", "ready_s": 90.0, "launch": 1},
         {"arm": "k", "profile": "p-k7", "engine": "vllm", "ready_s": 110.0, "launch": 2},

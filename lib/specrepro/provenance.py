@@ -103,10 +103,20 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def boot_id() -> str | None:
+    """This boot of the machine (Linux), so two leased machines that share a hostname are
+    told apart: an engine's first start on a machine compiles what later ones reuse."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def host_info() -> dict[str, Any]:
     affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     return {
         "hostname": socket.gethostname(),
+        "boot_id": boot_id(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),

@@ -5,8 +5,8 @@ Design:
   else of every stored start of the same engine, else the engine's declared prior
   (`plan.engines.<engine>.start`). A lease's first start of a profile (or of the machine,
   as the engine's `first_start.per` says) adds the first-start penalty (`first_start`).
-  Stored starts are split by the machine that made them (the session's hostname, in the
-  order they ran): a profile's (or the machine's) first start there is a first start, the
+  Stored starts are split by the machine that made them (the session's boot id, else its
+  hostname, in the order they ran): a profile's (or the machine's) first start there is a first start, the
   others later ones. `start` reads the later ones; the penalty is the median, over the
   profiles started both ways on one machine, of the first start less the median of the
   later ones there, else the declared prior. Starts of an unnamed machine count as later.

@@ -42,7 +42,8 @@ class StoredStart:
     ready_s: float
     session: str  # the manifest session
     session_at: dt.datetime  # when that session began
-    host: str  # the machine's hostname (a first start is a machine's)
+    host: str  # the machine: its boot id where recorded, else its hostname
+    # (a first start is a machine's; leased machines may all be named "vm")
     launch: int | None  # its ordinal in its command, where recorded
     root: Path  # the store
 
@@ -130,7 +131,8 @@ def read_starts(root: Path) -> list[StoredStart]:
     store = ResultStore(root.parent.parent, root.parent.name, root.name)
     out = []
     for session in store.manifest().get("sessions", []):
-        host = (session.get("host") or {}).get("hostname") or ""
+        info = session.get("host") or {}
+        host = info.get("boot_id") or info.get("hostname") or ""
         for eng in session.get("engines") or []:
             ready = eng.get("ready_s")
             if ready is None or eng.get("error") or eng.get("shared_launch"):
