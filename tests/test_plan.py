@@ -384,6 +384,42 @@ def test_commands_fit_a_call_and_leases_the_budget_in_the_declared_order(tmp_pat
     assert any(S01 in line for line in lines[1:])
 
 
+@pytest.mark.parametrize("lease_s, same_machine", [(1e6, True), (None, False)])
+def test_a_step_on_another_engine_stages_its_bundle_where_the_lease_has_room(
+        tmp_path, lease_s, same_machine):
+    """vLLM's cells, then SGLang's: with room left, SGLang's bundle is staged on the same
+    machine (a staging command, no second machine start, the stand-in not exported again);
+    without room for the staging and a command, it opens a lease of its own."""
+    sg = {**priors()["engines"]["vllm"], "staging": {"value": 170, "source": "test"}}
+    profiles = {"s-none": {**profile(), "engine": "sglang", "command": ["sglang"],
+                           "engine_version": "0.5.14", "return_spec_details": True}}
+    s6 = study("06", S06, [("none", "p-none")], concurrency=[8])
+    s1 = study("01", S01, [("none", "s-none")], concurrency=[8])
+    path = write(tmp_path, {S06: s6, S01: s1}, priors(
+        order=[S06, S01], engines={"vllm": priors()["engines"]["vllm"], "sglang": sg},
+        lease_s=1800.0), profiles)
+    if lease_s is None:  # room for vLLM's command only: the staging and one more do not fit
+        first, _ = planned(path, [S06])
+        lease_s = first.total_s + 170 + 20 + 60 - 1
+        suite = yaml.safe_load(path.read_text())
+        suite["plan"]["lease_s"] = lease_s
+        path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    result, _ = planned(path)
+    staged = [c for c in commands(result) if c.staged]
+    if same_machine:
+        lease, = result.leases
+        assert lease.engines == ["vllm", "sglang"] and [c.staged for c in staged] == ["sglang"]
+        assert staged[0].device_s == 170
+        i = lease.commands.index(staged[0])  # after vLLM's commands, before SGLang's
+        assert {c.work.engine for c in lease.commands[:i]} == {"vllm"}
+        assert {c.work.engine for c in lease.commands[i + 1:]} == {"sglang"}
+        assert sum(e.s for _, e in lease.fixed) == 90 + 120  # one machine start, one staging
+    else:
+        assert not staged and [ls.engines for ls in result.leases] == [["vllm"], ["sglang"]]
+        assert sum(e.s for _, e in result.leases[1].fixed) == 90 + 170
+    assert len(events(result, "cell")) == 2
+
+
 def test_the_runner_deadline_rule_stops_a_command_before_a_start_that_does_not_repay(tmp_path):
     s = study("06", S06, [("none", "p-none"), ("k7", "p-k7")], concurrency=[8])
     command_s = 60 + 20 + 150 + 40  # reserve, one first start, a little room

@@ -214,8 +214,16 @@ def legend_below(fig, axes, ncol: int | None = None) -> None:
     if handles:
         labels = [labels[i] for i in order]
         n, labels = legend_columns(fig, labels, ncol or min(len(labels), 4), LEGEND_PT)
-        fig.legend([handles[i] for i in order], labels, loc="outside lower center",
-                   fontsize=LEGEND_PT, frameon=False, ncol=n)
+        # the estimate can miss by a column's pads: measure the legend itself and take a
+        # column away until it fits the figure's width (figure_checks: clipped)
+        r = fig.canvas.get_renderer()
+        while True:
+            leg = fig.legend([handles[i] for i in order], labels, loc="outside lower center",
+                             fontsize=LEGEND_PT, frameon=False, ncol=n)
+            if n == 1 or leg.get_window_extent(r).width <= 0.98 * fig.bbox.width:
+                break
+            leg.remove()
+            n -= 1
 
 
 LEGEND_PT = 7

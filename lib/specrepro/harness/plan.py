@@ -17,13 +17,15 @@ Design:
   longest cell so far or the declared bound (`--cell-bound-s`), a cell or start longer
   than what is left interrupted (lost). A command that stops at its deadline is run
   again and resumes (exit 75), as `gpu_measure.sh` is.
-- A lease is one machine of one engine: its fixed costs (`machine_start`, the engine's
+- A lease is one machine: its fixed costs (`machine_start`, its first engine's
   `staging`, the exports its arms' folders need: an export in a command of its own, or
   before the first measuring command's run, shortening its deadline) and its commands,
   each under `command_s` with `command_reserve_s` after the run's deadline, until
   `lease_s` is spent. A lease's first start of a profile (or of the machine) pays the
   engine's first-start penalty. Steps keep the declared order: a step on another engine
-  opens a new lease.
+  stages that engine's bundle on the same machine (a staging "command" of its own, the
+  exports already written kept) where the lease has room for the staging and at least
+  one command that measures a cell, else it opens a new lease.
 - Cells already stored (an ok attempt of the same arm, profile, workload, level,
   sampling, repeat and seed: matched by what they declare, not by id, since a local
   folder's content fingerprint is the GPU machine's) are not planned again.
@@ -127,10 +129,13 @@ class Command:
     overhead_s: float
     teardown_s: float
     line: str = ""  # the command line (a measuring command's; an export's are its exports')
+    staged: str = ""  # a second engine's bundle staged on the lease's machine (no engine up)
+    staged_s: float = 0.0
 
     @property
     def device_s(self) -> float:
-        return self.overhead_s + sum(e.value for e in self.exports) + self.run_s + self.teardown_s
+        return (self.overhead_s + sum(e.value for e in self.exports) + self.run_s
+                + self.teardown_s + self.staged_s)
 
     @property
     def progress(self) -> bool:
@@ -139,10 +144,11 @@ class Command:
 
 @dataclass
 class Lease:
-    """One machine of one engine: fixed costs and commands (module docstring)."""
+    """One machine: fixed costs and commands, the engines whose bundles it staged in the
+    order staged (module docstring)."""
 
     index: int
-    engine: str
+    engines: list[str]
     fixed: list[tuple[str, Estimate]]
     commands: list[Command] = field(default_factory=list)
     started: set[str] = field(default_factory=set)  # profile hashes started here
@@ -151,6 +157,11 @@ class Lease:
     @property
     def total_s(self) -> float:
         return sum(e.s for _, e in self.fixed) + sum(c.device_s for c in self.commands)
+
+    @property
+    def engine(self) -> str:
+        """The engine whose bundle the lease's commands now run on (the last staged)."""
+        return self.engines[-1]
 
 
 @dataclass
@@ -418,7 +429,7 @@ class Planner:
         fixed = [("machine start", self.fixed("machine_start", "machine start")),
                  (f"{engine} bundle staged", self.costs.figure(
                      f"staging {engine}", f"engines.{engine}.staging", pri.staging))]
-        lease = Lease(len(self.leases) + 1, engine, fixed)
+        lease = Lease(len(self.leases) + 1, [engine], fixed)
         self.leases.append(lease)
         return lease
 
@@ -466,8 +477,9 @@ class Planner:
         if not todo:
             return
         bound = math.ceil(max(pc.est.s for pc in todo) + co)
-        lease = self.leases[-1] if self.leases and self.leases[-1].engine == work.engine \
-            else self.new_lease(work.engine)
+        lease = self.leases[-1] if self.leases else self.new_lease(work.engine)
+        if lease.engine != work.engine:
+            lease = self.stage_on(lease, work.engine) or self.new_lease(work.engine)
         while work.pending(self.progress.done):
             fresh = not any(c.work is not None for c in lease.commands)
             exports = self.exports_for(work, lease)
@@ -487,6 +499,11 @@ class Planner:
             cmd = self.simulate(work, lease, deadline, bound, exports) if deadline > 0 else None
             if cmd is None or not cmd.progress:
                 self.progress.done, lease.started = saved
+                if lease.commands and lease.commands[-1].staged == work.engine:
+                    lease.commands.pop()  # staged for nothing: the work opens a lease
+                    lease.engines.pop()
+                    lease = self.new_lease(work.engine)
+                    continue
                 if fresh:  # not even a whole command on a fresh machine measures a cell
                     for pc in work.pending(self.progress.done):
                         self.unplanned.append((pc, ("its engine start and first cell do not "
@@ -499,6 +516,19 @@ class Planner:
             for e in exports:
                 self.costs.figure(f"export {e.name}", f"exports[{e.name}]", e)
             lease.commands.append(cmd)
+
+    def stage_on(self, lease: Lease, engine: str) -> Lease | None:
+        """The lease with the engine's bundle staged on its machine, where the staging and a
+        command's overhead and reserve fit what it has left; None where they do not."""
+        pri = self.costs.priors(engine)
+        est = self.costs.figure(f"staging {engine}", f"engines.{engine}.staging", pri.staging)
+        if lease.total_s + est.s + self.overhead() + self.reserve_s >= self.lease_s:
+            return None
+        lease.engines.append(engine)
+        lease.commands.append(Command(None, 0, 0, [], [], 0.0, "", 0.0, 0.0,
+                                      f"the {engine} bundle's parts, staged as in "
+                                      f"docs/gpu-box.md", staged=engine, staged_s=est.s))
+        return lease
 
     def simulate(self, work: Work, lease: Lease, deadline: int, bound: int,
                  exports: list[Export]) -> Command:

@@ -114,10 +114,17 @@ def lease_lines(lease: Lease, lease_s: float, first: int, before_s: float) -> li
     fixed costs, each command with what it measures and its line."""
     fixed = "; ".join(f"{label} {secs(e.s)}{' [placeholder]' if 'PLACEHOLDER' in e.source else ''}"
                       for label, e in lease.fixed)
-    out = [(f"Lease {lease.index} ({lease.engine}'s bundle): {secs(lease.total_s)} of "
-           f"{secs(lease_s)} (plan total through it: {secs(before_s + lease.total_s)})"),
+    bundles = ", then ".join(f"{e}'s" for e in lease.engines)
+    out = [(f"Lease {lease.index} ({bundles} bundle{'s' if len(lease.engines) > 1 else ''}): "
+            f"{secs(lease.total_s)} of {secs(lease_s)} (plan total through it: "
+            f"{secs(before_s + lease.total_s)})"),
            f"  fixed: {fixed}"]
     for i, cmd in enumerate(lease.commands, first):
+        if cmd.staged:
+            out.append(f"  command {i} ({secs(cmd.device_s)}): {cmd.staged}'s bundle staged on "
+                       f"the same machine, no engine up")
+            out.append(f"    {cmd.line}")
+            continue
         if cmd.work is None:
             names = ", ".join(e.name for e in cmd.exports)
             out.append(f"  command {i} ({secs(cmd.device_s)}): export {names}, no engine up")
@@ -210,8 +217,9 @@ def render(result: PlanResult, header: str, lease_s: float, budget_s: float | No
         n_cmd += len(lease.commands)
         running += lease.total_s
         out.append("")
-    fixed = sum(e.s for lease in result.leases for _, e in lease.fixed)
     commands = [c for lease in result.leases for c in lease.commands]
+    fixed = sum(e.s for lease in result.leases for _, e in lease.fixed) + sum(
+        c.staged_s for c in commands)  # a second bundle staged on a lease's machine
     exports = sum(e.value for c in commands for e in c.exports)
     other = result.total_s - fixed - exports - tot.start_s - tot.cell_s
     out.append(f"Total: {len(result.leases)} lease(s), {len(commands)} command(s), "
