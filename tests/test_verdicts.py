@@ -495,9 +495,9 @@ def test_coverage_text():
     assert verdicts.coverage_text("holds in part", [
         ("holds", ""), ("not testable here", "the outputs are mostly loops: x"),
         ("not testable here", "the outputs are mostly loops: y"),
-        ("not resolvable here", "not resolvable: noise ±30% against the article's 5%")]) == (
-        "holds on 1 of 4 checks (1 holds; 1 not resolvable here: not resolvable; 2 not "
-        "testable here: the outputs are mostly loops x2)")
+        ("not resolvable here", "noise ±30% against the article's 5%")]) == (
+        "holds on 1 of 4 checks (1 holds; 1 not resolvable here: noise at least the effect; "
+        "2 not testable here: the outputs are mostly loops x2)")
     assert verdicts.coverage_text("holds", [("holds", ""), ("holds", "")]) == (
         "holds on all 2 checks (2 holds)")
 

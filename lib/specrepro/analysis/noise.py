@@ -81,7 +81,7 @@ def resolution(band_pct: float | None, effect_pct: float | None, runs: int) -> s
     if band_pct is None or not effect_pct or band_pct < abs(effect_pct):
         return None
     n = math.floor(max(runs, 1) * (band_pct / abs(effect_pct)) ** 2) + 1
-    return (f"not resolvable: noise ±{band_pct:.1f}% against the article's "
+    return (f"noise ±{band_pct:.1f}% against the article's "
             f"{abs(effect_pct):.1f}%; about {n} repeats a side would resolve it "
             f"({max(runs, 1)} x ({band_pct:.1f} / {abs(effect_pct):.1f})^2, the band taken to "
             "shrink as 1/sqrt(repeats))")

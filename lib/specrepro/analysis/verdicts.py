@@ -129,7 +129,8 @@ def coverage_text(outcome: str, checks: list[tuple[str, str]]) -> str:
     tested = [o for o, _ in checks if o not in UNTESTED]
     parts = []
     for state in UNTESTED:
-        whys = [_why_kind(r) for o, r in checks if o == state]
+        whys = [("noise at least the effect" if state == "not resolvable here" else
+                 _why_kind(r)) for o, r in checks if o == state]
         if whys:
             counts = {w: whys.count(w) for w in dict.fromkeys(whys)}
             parts.append(f"{len(whys)} {state}: " + ", ".join(
