@@ -43,7 +43,7 @@ from specrepro.analysis.check_sides import (
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding, devices
 from specrepro.analysis.gates import evaluate_gate
-from specrepro.analysis.rules import SYMBOLS, UNTESTED, Rule, Side
+from specrepro.analysis.rules import SPEED_METRICS, SYMBOLS, UNTESTED, Rule, Side
 from specrepro.analysis.same_drafts import same_drafts
 from specrepro.published import load_gates
 
@@ -365,9 +365,30 @@ def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
     return res
 
 
-def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[CheckResult]:
+def _speed_untestable(f: Finding, gate, rules: tuple[Rule, ...], own: list[CheckResult]
+                      ) -> str:
+    """Why a substitute gate on a speed metric is not testable here ('' where it is): the
+    speed precondition measured on its own arms (mechanism.py), else the reason the suite's
+    own speed checks were set aside where none of them was tested (an emulated FP8 drafter's
+    speed is the emulation's, whichever gate reads it)."""
+    if gate.metric not in SPEED_METRICS:
+        return ""
+    arms = [(a, gate.concurrency) for a in (gate.arm, gate.reference_arm) if a is not None]
+    if why := mechanism.reason(f, "weight_read_step", arms):
+        return why
+    speed = [c for r, c in zip(rules, own, strict=False) if r.mechanism == "weight_read_step"]
+    if speed and all(c.outcome in UNTESTED for c in speed):
+        first = next(c for c in speed if c.outcome in UNTESTED)
+        return f"as the article's speed checks here: {first.reason}"
+    return ""
+
+
+def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...],
+                 own: list[CheckResult] = ()) -> list[CheckResult]:
     """The suite's own gates, where the study has gates and the article declared some:
-    labelled as substitutes, evaluated as the suite declared them."""
+    labelled as substitutes, evaluated as the suite declared them; one on a speed metric is
+    not testable where the speed precondition fails (`_speed_untestable`), never a pass or
+    a fail."""
     if not any(r.kind == "gate" for r in rules):
         return []
     declared = {(r["workload"], r["concurrency"], r["threshold"])
@@ -379,7 +400,8 @@ def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[Ch
         if (gate.workload, gate.concurrency, gate.threshold) in declared:
             continue
         row = evaluate_gate(f.cells, gate)
-        outcome = ("not testable here" if unchanged else  # an unchanged drafter: see why
+        why = unchanged or _speed_untestable(f, gate, rules, own)
+        outcome = ("not testable here" if why else  # an unchanged drafter, no speed mechanism
                    {"pass": "holds", "fail": "does not hold"}.get(row["result"],
                                                                   "not testable here"))
         # its own rule and value, and beside it the article's figure at the same metric and
@@ -388,7 +410,7 @@ def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[Ch
                                )["temperature"].drop_nulls().unique().to_list()
         text = substitute_gates.describe(claims, gate, row, temps[0] if len(temps) == 1 else None)
         out.append(CheckResult(text["claim"], outcome, substitute=True, article=text["article"],
-                               measured=text["measured"], reason=unchanged, rule=text["rule"]))
+                               measured=text["measured"], reason=why, rule=text["rule"]))
     return out
 
 
@@ -505,5 +527,5 @@ def verdict(f: Finding, claims: Claims | None = None) -> Verdict:
     claims = claims or claims_for(f.notebook_id)
     v = Verdict(f.notebook_id, [_with_loops(f, r, evaluate(f, r, claims))
                                 for r in claims.checks])
-    v.checks += _substitutes(f, claims, claims.checks)
+    v.checks += _substitutes(f, claims, claims.checks, v.checks)
     return v
