@@ -113,9 +113,14 @@ def mark(fig) -> None:
             continue
         for a in drawn:
             _grey_out(ax, a)
+        bars = any(hasattr(a, "patches") for a in drawn)  # the key looks as the mark does
         for why in whys:
-            ax.plot([], [], color=GREY, marker="o", label=f"grey: {why}",
-                    gid=f"{figure_checks.KEY}{UNTESTED_GID}")
+            if bars:
+                ax.bar([0], [0], color="white", edgecolor=GREY, hatch=HATCH,
+                       label=f"hatched: {why}", gid=f"{figure_checks.KEY}{UNTESTED_GID}")
+            else:
+                ax.plot([], [], color=GREY, marker="o", label=f"grey: {why}",
+                        gid=f"{figure_checks.KEY}{UNTESTED_GID}")
 
 
 def _grey_out(ax, art) -> None:
