@@ -9,8 +9,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
+from matplotlib.patches import Rectangle
 
-from specrepro.analysis.figure_checks import problems
+from specrepro.analysis import figures_marks
+from specrepro.analysis.figure_checks import declare_untested, problems
+from specrepro.analysis.figures_common import fit_text
 
 
 @pytest.fixture
@@ -126,3 +129,82 @@ def test_slanted_labels_are_measured_as_the_rectangles_they_are_drawn_in(bars):
     ax.set_xticks(range(4), ["block drafter, 7 drafts"] * 4, rotation=0, fontsize=7)
     assert any(p.startswith("overlapping: panel 1 x tick label 'block drafter, 7 drafts'")
                for p in problems(f))
+
+
+# ------------------------------------- data a verdict did not test, drawn marked (issue 38)
+
+
+WHY = "not testable here: a weight-read decode step absent: host-bound"
+
+
+@pytest.fixture
+def ratio():
+    """A ratio panel of two arms, one tested, one not (the verdict says so: declared)."""
+    f, ax = plt.subplots(figsize=(5, 3.5), layout="constrained")
+    ax.plot([1, 8, 32], [1.4, 1.1, 0.9], color="#0072B2", marker="o", label="static 7")
+    ax.plot([1, 8, 32], [1.2, 1.0, 0.8], color="#E69F00", marker="s", label="schedule")
+    ax.set_xlabel("streams")
+    declare_untested(ax, {"static 7": WHY})
+    yield f, ax
+    plt.close(f)
+
+
+def _legend(f, ax):
+    f.legend(*ax.get_legend_handles_labels(), loc="outside lower center", fontsize=7)
+
+
+def test_an_untested_series_drawn_unmarked_fails(ratio):
+    f, ax = ratio
+    _legend(f, ax)
+    found = problems(f)
+    assert any(p.startswith("unmarked: panel 1's series 'static 7'") and "host-bound" in p
+               for p in found), found
+    assert not any("'schedule'" in p for p in found), found  # the tested one is no fault
+
+
+def test_an_untested_series_greyed_with_its_reason_in_the_legend_passes(ratio):
+    f, ax = ratio
+    figures_marks.mark(f)
+    _legend(f, ax)
+    assert problems(f) == []
+    assert ax.lines[0].get_color() == figures_marks.GREY  # the tested one keeps its colour
+    assert ax.lines[1].get_color() == "#E69F00"
+
+
+def test_grey_without_the_reason_written_anywhere_still_fails(ratio):
+    f, ax = ratio
+    ax.lines[0].set_color("#999999")  # greyed, but nothing says why
+    _legend(f, ax)
+    found = problems(f)
+    assert any("no legend entry or text says why" in p for p in found), found
+
+
+def test_a_panel_hatched_whole_with_the_reason_in_its_title_passes(ratio):
+    f, ax = ratio
+    declare_untested(ax, {"schedule": WHY})  # now both untested: the panel is marked whole
+    figures_marks.mark(f)
+    _legend(f, ax)
+    fit_text(f)  # as save_figure does: the reason in the title wraps to the panel
+    assert any(isinstance(p, Rectangle) and p.get_hatch() for p in ax.patches)
+    assert ax.lines[1].get_color() == "#E69F00"  # colours kept: the panel's hatch marks them
+    assert problems(f) == []
+
+
+def test_a_hatch_patch_without_the_panel_gid_is_not_a_mark(ratio):
+    f, ax = ratio
+    ax.add_patch(Rectangle((0, 0), 1, 1, transform=ax.transAxes, hatch="//", fill=False))
+    ax.set_title(WHY)
+    _legend(f, ax)
+    assert any(p.startswith("unmarked: panel 1's series 'static 7'") for p in problems(f))
+
+
+def test_untested_bars_are_hatched_and_pass(bars):
+    f, ax = bars
+    ax.containers[0].set_label("FP8 drafter")
+    declare_untested(ax, {"FP8 drafter": WHY})
+    assert any(p.startswith("unmarked: panel 1's series 'FP8 drafter'") for p in problems(f))
+    ax.bar([5], [1], label="BF16 drafter")  # a tested series: only the untested one hatched
+    figures_marks.mark(f)
+    _legend(f, ax)
+    assert all(p.get_hatch() for p in ax.containers[0].patches)
+    assert problems(f) == []

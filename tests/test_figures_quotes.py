@@ -102,15 +102,70 @@ def test_gates_the_verdict_could_not_test_are_never_drawn_as_pass_or_fail(tmp_pa
 
 
 def test_paired_bars_label_each_group_in_lines_that_do_not_run_together():
-    # the H200 suites' 03: four groups whose labels ended "...75%rep. 4-grams 76%"
+    # the H200 suites' 03: four groups whose labels ended "...75%rep. 4-grams 76%"; the CPU
+    # suite's pooled 0.13 (BF16) and 0.41 (NVFP4) into one "rep. 27 %": per arm, never pooled
+    share = {"target-bf16": 0.13, "target-nvfp4": 0.41}
     f = finding(EMBEDDED, "03_target_precision", lambda c, p: {
         "acceptance_length": 3.0, "agg_tok_s": 100.0 * c.concurrency,
-        "repeated_4gram_share": 0.75})
+        "repeated_4gram_share": share.get(c.arm.name, 0.75)})
     fig = figures.acceptance_pairs(f, claims_for(f.notebook_id))
     figures.fit_text(fig)
     assert not [p for p in figure_checks.problems(fig) if "tick label" in p]
-    assert tick_texts(fig)[0] == "essays\n1 stream\nrep. 75%"
-    assert fig.axes[0].get_xlabel() == "rep.: the outputs' repeated 4-grams"
+    order = [share.get(a, 0.75) for a in f.labels]  # the legend's order
+    assert tick_texts(fig)[0] == ("essays\n1 stream\nrep. "
+                                  + "/".join(f"{100 * v:.0f}" for v in order) + "%")
+    assert "27%" not in tick_texts(fig)[0]
+    assert fig.axes[0].get_xlabel() == ("rep.: the outputs' repeated 4-grams, per arm in the "
+                                        "legend's order")
+
+
+def test_the_changed_drafter_the_engine_never_served_is_labelled_as_served():
+    # SGLang 0.5.14 served the BF16 drafter to the "FP8" arm: identical draft counters
+    f = finding(ENGINES, "05_fp8_drafter_gates", fp8(counts_differ=False))
+    fig = figures.acceptance_pairs(f, claims_for(f.notebook_id))
+    fp8_label = f.labels["drafter-fp8"]
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(" ".join(n.split()).startswith(f"{fp8_label}; as served: ") for n in names), names
+    assert fp8_label not in names  # never the bare "FP8" label
+    g = finding(ENGINES, "05_fp8_drafter_gates", fp8(counts_differ=True))
+    fig = figures.acceptance_pairs(g, claims_for(g.notebook_id))
+    assert fp8_label in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_the_article_bars_are_named_as_the_articles_arms_not_in_the_measured_colours():
+    f = finding(EMBEDDED, "04_engine_comparison", lambda c, p: {
+        "acceptance_length": 3.0, "agg_tok_s": 100.0, "repeated_4gram_share": 0.2})
+    fig = figures.acceptance_pairs(f, claims_for(f.notebook_id))
+    art = [b for b in fig.axes[2].patches if (b.get_gid() or "").startswith("article-bar|")]
+    assert art, "the article's bars are drawn"
+    measured = {figures.palette(f)[lab] for lab in f.labels.values()}
+    from matplotlib.colors import to_hex
+    assert not {to_hex(b.get_facecolor()) for b in art} & {m.lower() for m in measured}
+    names = [" ".join(t.get_text().split()) for t in fig.legends[0].get_texts()]
+    article = [n for n in names if n.startswith("article B: ")]
+    assert article and not set(article) & set(f.labels.values()), names
+
+
+def _static7(below_first: bool):
+    """06 cells: static 7 drafts against no speculation, below it at every level, or above
+    at the lowest and below from 4 streams on."""
+    def figure(cell, prof) -> dict:
+        ratio = 1.0
+        if cell.arm.name == "static-k7":
+            ratio = 0.6 if below_first or cell.concurrency >= 4 else 1.3
+        return {"agg_tok_s": 100.0 * cell.concurrency * ratio, "acceptance_length": 3.0}
+    return figure
+
+
+def test_a_crossover_is_drawn_only_where_the_ratio_crosses_one_between_levels():
+    f = finding(DEFAULT, "06_draft_schedule_under_load", _static7(below_first=True))
+    fig = figures.load_sweep(f, claims_for(f.notebook_id))
+    assert not any(ln.get_label().startswith("static 7") for ln in fig.axes[2].lines)
+    assert "below no speculation at every level measured" in fig._suptitle.get_text()
+    g = finding(DEFAULT, "06_draft_schedule_under_load", _static7(below_first=False))
+    fig = figures.load_sweep(g, claims_for(g.notebook_id))
+    line = [ln for ln in fig.axes[2].lines if ln.get_label().startswith("static 7 crosses")]
+    assert line and 2 < line[0].get_xdata()[0] < 4
 
 
 # ------------------------------------------------------------------------ 07: the bill

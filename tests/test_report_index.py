@@ -330,3 +330,14 @@ def test_the_same_arm_at_another_size_is_another_arm_and_unreadable_stores_are_n
     assert "No arm was measured by more than one notebook" in html
     assert f"{orphan}: no papermill parameters" in html
     assert "02_temperature_spread.ipynb: no results store at" in html
+
+
+def test_where_tested_counts_the_checks_each_substrate_tested():
+    from specrepro.analysis import where_tested
+
+    assert where_tested.substrate_cell({"status": "measured", "checks": ["✓", "–", "≈", "–"]}
+                                       ) == "1 of 4 tested ✓–≈–"
+    assert where_tested.substrate_cell({"status": "measured", "checks": ["–", "≈"]}
+                                       ) == "none of 2 tested –≈"
+    assert where_tested.substrate_cell({"status": "not measured"}) == "not measured"
+    assert where_tested.substrate_cell(None) == "not measured"

@@ -1,9 +1,12 @@
 """Verdict rules (analysis/rules.py, claims.yaml `checks`) evaluated on constructed cells:
-each of the four outcomes, the noise rule, declared gates a substrate cannot measure,
-substitute gates, and the validation of the rules themselves."""
+each of the five outcomes, the mechanism preconditions (analysis/mechanism.py), the noise and
+resolution rules, coverage, declared gates a substrate cannot measure, substitute gates, and
+the validation of the rules themselves."""
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from specrepro.analysis import claims as claims_mod
 from specrepro.analysis import summary, verdicts
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.rules import OUTCOMES, SYMBOLS, RuleError, parse_checks
+from specrepro.params.substrate import StepProbe, Substrate
 from specrepro.store import CELL_SCHEMA, REQUEST_SCHEMA, empty, frame
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,8 +24,38 @@ DEFAULT = ROOT / "params" / "default.yaml"
 RTX = ROOT / "params" / "rtx-pro-6000.yaml"
 
 
-def finding(nb: str, rows: list[dict], params: Path = DEFAULT, manifest=None) -> Finding:
+_PROBES = Path(tempfile.mkdtemp(prefix="specrepro-probe-"))
+
+
+def probe(step: float, study, suite) -> str:
+    """A constructed step-stage probe (scripts/bench_step_stages.py's JSON line) in which
+    every speculative arm of `study` costs `step` one-token decodes a step: its path."""
+    rows = []
+    for a in study.arms:
+        spec = a.resolved.speculative
+        if spec is None:
+            continue
+        folder = spec.model or (a.resolved.drafter.id if a.resolved.drafter else None)
+        rows.append({"drafter": Path(folder).name if folder else spec.method,
+                     "method": spec.method, "k": spec.num_speculative_tokens,
+                     "verify": 1.0, "propose": step - 1.0, "step": step})
+    path = _PROBES / f"probe-{suite.name}-{study.name}-{step:g}.txt"  # read once per path
+    path.write_text("# constructed\n" + json.dumps({"decode_ms": 1.0, "rows": rows}) + "\n")
+    return str(path)
+
+
+def finding(nb: str, rows: list[dict], params: Path = DEFAULT, manifest=None,
+            step: float | None = 1.2) -> Finding:
+    """The notebook's finding on constructed cells; `step`: the embedded engine's probed step
+    in decodes (1.2: the weight-read mechanism is there, as on the articles' cards; None:
+    the suite's own substrate)."""
     suite, study = pipeline.study_for(params, nb)
+    if step is not None:
+        engine = study.arms[0].resolved.engine
+        pr = StepProbe(engine=engine if engine != "attach" else "vllm", source=probe(step, study, suite))
+        sub = (suite.substrate.model_copy(update={"step_probe": pr}) if suite.substrate
+               else Substrate(summary="constructed", step_probe=pr))
+        suite = suite.model_copy(update={"substrate": sub})
     full = [{"cell_id": f"c{i}", "attempt": 1, "status": "ok", **r} for i, r in enumerate(rows)]
     cells = frame(full, CELL_SCHEMA)
     return Finding(nb, study, suite, Path("/nonexistent"), cells,
@@ -74,7 +108,10 @@ def test_holds_in_direction_only_and_holds_overall():
     assert check(v, "At one stream the block drafter").outcome == "holds in direction only"
     assert v.outcome == "holds in direction only"  # the others are not testable
     rows = (runs("dflash-k5", "acceptance_length", [3.4]) + runs("mtp-k3", "acceptance_length", [2.5]))
-    assert verdicts.verdict(finding("01_drafter_block_sweep", rows)).outcome == "holds"
+    v = verdicts.verdict(finding("01_drafter_block_sweep", rows))
+    # one check of five tested: never a plain "holds", and the text says how much was tested
+    assert v.outcome == "holds in part" and v.symbol == "◔"
+    assert v.text.startswith("holds on 1 of 5 checks (1 holds; 4 not testable here: ")
 
 
 def test_nothing_measured_is_not_testable():
@@ -151,7 +188,9 @@ def gate_rows(engine: str, bf16: list[float], fp8: list[float]) -> list[dict]:
     rows = []
     for arm, vals in (("drafter-bf16", bf16), ("drafter-fp8", fp8)):
         for level in (1, 32):
-            rows += [{**r, "engine": engine, "peak_mem_mib": 80000.0}
+            # a busy card, as the articles' were (a GPU arm with no busy figure is not testable)
+            rows += [{**r, "engine": engine, "peak_mem_mib": 80000.0, "busy_share": 0.95,
+                      "busy_source": "nvml"}
                      for r in runs(arm, "agg_tok_s", [v * level for v in vals],
                                    workload="essays", concurrency=level)]
     return rows
@@ -184,11 +223,22 @@ def test_declared_gates_evaluated_as_declared_where_measurable():
 
 
 def test_a_gain_gate_inside_the_spread_is_not_met():
+    # a band (2.0%) narrower than the +3% demanded: a +1.5% gain inside it is not met
+    v = verdicts.verdict(finding("05_fp8_drafter_gates",
+                                 gate_rows("vllm", [100.0, 99.0, 101.0], [101.5, 100.5, 102.5]),
+                                 params=RTX))
+    c = next(c for c in v.checks if "+3% tok/s" in c.claim)
+    assert c.outcome == "does not hold"
+
+
+def test_a_gain_gate_whose_noise_is_the_gain_is_not_resolvable():
+    # an 11% band against the +3% the gate demands: no run of this size can tell it
     v = verdicts.verdict(finding("05_fp8_drafter_gates",
                                  gate_rows("vllm", [100.0, 95.0, 106.0], [104.0, 101.0, 108.0]),
                                  params=RTX))
     c = next(c for c in v.checks if "+3% tok/s" in c.claim)
-    assert c.outcome == "does not hold" and "inside the noise band" in c.reason
+    assert c.outcome == "not resolvable here" and c.symbol == "≈"
+    assert "noise ±11.0% against the article's 3.0%; about 41 repeats" in c.reason
 
 
 def counted(rows: list[dict], counts: dict[str, tuple[int, int]]) -> list[dict]:
@@ -214,7 +264,9 @@ def test_a_drafter_that_proposed_what_the_baseline_did_makes_its_gates_untestabl
     # one differing cell clears it: the drafters differ, and the gates are judged
     rows[-1] = {**rows[-1], "num_accepted_tokens": 11150}
     v = verdicts.verdict(finding("05_fp8_drafter_gates", rows, params=RTX))
-    assert next(c for c in v.checks if "+3% tok/s" in c.claim).outcome == "does not hold"
+    speed = next(c for c in v.checks if "+3% tok/s" in c.claim)
+    assert speed.outcome == "not resolvable here"  # judged: its ±11% band against +3%
+    assert "proposed exactly" not in speed.reason
 
 
 def test_sampled_cells_and_cells_without_counters_say_nothing_about_the_drafter():
@@ -286,26 +338,35 @@ def test_every_notebook_has_checks():
         assert c.checks, nb
 
 
-def test_a_same_claim_never_holds_because_ranges_touch():
-    # 01's "same step" (within 10%): +14.3% with touching ranges does not hold (it held
-    # before issue 30, because the ranges touched)
-    rows = (runs("dflash-k5", "step_ms", [31.0, 35.0, 37.0])
-            + runs("mtp-k3", "step_ms", [26.0, 31.0, 33.0]))
+def test_one_symmetric_same_rule():
+    # 01's "same step" (within 10%). Quieter than the band and outside it: does not hold
+    rows = (runs("dflash-k5", "step_ms", [35.0, 35.5, 36.0])
+            + runs("mtp-k3", "step_ms", [30.0, 30.5, 31.0]))
     c = check(verdicts.verdict(finding("01_drafter_block_sweep", rows)),
               "At one stream the two run the same step")
-    assert c.outcome == "does not hold" and "outside the claim's band (within 10%)" in c.reason
-    # inside the band but noisier than it: the suite cannot tell, so not testable
+    assert c.outcome == "does not hold" and "outside the claim's band, within ±10%" in c.reason
+    # 15.8% apart with ±21.9% noise (the CPU suite's 01): not "does not hold", but not
+    # resolvable, as inside the band with the same noise is: one rule on both sides
+    rows = (runs("dflash-k5", "step_ms", [19.1, 20.4, 21.7])
+            + runs("mtp-k3", "step_ms", [15.8, 17.4, 19.65]))
+    c = check(verdicts.verdict(finding("01_drafter_block_sweep", rows)),
+              "At one stream the two run the same step")
+    assert c.noise.startswith("±21.9%") and c.measured.startswith("+15.8%")
+    assert c.outcome == "not resolvable here"
+    assert "noise ±21.9% against the claim's 10.0%; about 15 repeats" in c.reason
     rows = (runs("dflash-k5", "step_ms", [28.0, 31.0, 34.0])
             + runs("mtp-k3", "step_ms", [27.0, 30.0, 33.0]))
     c = check(verdicts.verdict(finding("01_drafter_block_sweep", rows)),
               "At one stream the two run the same step")
-    assert c.outcome == "not testable here" and "noise (±20.0%) is wider" in c.reason
+    assert c.outcome == "not resolvable here" and "±20.0%" in c.reason
     # inside the band and quieter than it: holds
     rows = (runs("dflash-k5", "step_ms", [30.6, 30.7, 30.8])
             + runs("mtp-k3", "step_ms", [30.0, 30.1, 30.2]))
     c = check(verdicts.verdict(finding("01_drafter_block_sweep", rows)),
               "At one stream the two run the same step")
     assert c.outcome == "holds" and c.noise.startswith("±0.7%")
+    # the printed rule is the one applied, both sides named
+    assert "not resolvable here when the noise band is 10% or wider, whichever side" in c.rule
 
 
 def with_twin(f, arm: str, twin: str):
@@ -331,26 +392,114 @@ def test_a_noise_twin_wider_than_the_spread_turns_a_win_into_a_tie():
     assert c.noise.startswith("±12.9% (A/A 12.9% (engine-b-none against its twin")
 
 
+ENGINES = ROOT / "params" / "h200-engines.yaml"
+
+
 def test_a_host_bound_baseline_makes_speed_checks_not_testable():
     busy = {"busy_share": 0.6, "busy_source": "nvml_utilization"}
-    rows = ([{**r, **busy} for r in runs("engine-a-none", "agg_tok_s", [152.3, 152.4],
-                                         workload="essays")]
-            + [{**r, **busy} for r in runs("engine-b-none", "agg_tok_s", [100.0, 100.1],
-                                           workload="essays")]
+    rows = ([{**r, **busy, "engine": "vllm"} for r in runs(
+                "engine-a-none", "agg_tok_s", [152.3, 152.4], workload="essays")]
+            + [{**r, **busy, "engine": "sglang"} for r in runs(
+                "engine-b-none", "agg_tok_s", [100.0, 100.1], workload="essays")]
             + runs("engine-a-spec", "acceptance_length", [3.2], workload="essays")
             + runs("engine-b-spec", "acceptance_length", [3.2], workload="essays"))
-    v = verdicts.verdict(finding("04_engine_comparison", rows))
+    v = verdicts.verdict(finding("04_engine_comparison", rows, params=ENGINES))
     c = check(v, "Essays, one stream: engine A is faster without")
-    assert c.outcome == "not testable here" and c.reason.startswith("host-bound (GPU 60% busy")
+    assert c.outcome == "not testable here"
+    assert "host-bound (measured: GPU 60% busy while 'engine-a-none' ran at 1 stream" in c.reason
     assert "+52.3%" in c.measured  # what was measured still stands beside it
     # tokens per step does not depend on how busy the device was
     assert check(v, "Essays, one stream: the same tokens").outcome == "holds"
     for r in rows:  # at 70 % busy the rule no longer applies
         if "busy_share" in r:
             r["busy_share"] = 0.7
-    c = check(verdicts.verdict(finding("04_engine_comparison", rows)),
+    c = check(verdicts.verdict(finding("04_engine_comparison", rows, params=ENGINES)),
               "Essays, one stream: engine A is faster without")
     assert c.outcome == "holds"
+
+
+def test_a_baseline_without_a_busy_figure_is_not_testable_for_speed():
+    # h200-embedded's 04: the in-process peer has no busy figure; a 900% "win" over it is
+    # not a speed result (it held before issue 38, the rule skipped)
+    rows = ([{**r, "engine": "vllm", "busy_share": 0.95, "busy_source": "nvml"}
+             for r in runs("engine-a-none", "agg_tok_s", [960.0, 961.0], workload="essays")]
+            + [{**r, "engine": "sglang"} for r in runs("engine-b-none", "agg_tok_s",
+                                                        [103.0, 103.5], workload="essays")])
+    f = finding("04_engine_comparison", rows, params=ENGINES)
+    f.suite = f.suite.model_copy(update={"substrate": f.suite.substrate.model_copy(
+        update={"busy": {}})})  # no profile stands in either
+    c = check(verdicts.verdict(f), "Essays, one stream: engine A is faster without")
+    assert c.outcome == "not testable here"
+    assert "no busy figure for 'engine-b-none' on the GPU at 1 stream" in c.reason
+
+
+def test_the_cpu_share_is_not_the_mechanism():
+    # on the CPU the engine's share counts host work as busy: it never decides, the step does
+    busy = {"busy_share": 0.6, "busy_source": "engine_cpu_time"}
+    rows = ([{**r, **busy} for r in runs("engine-a-none", "agg_tok_s", [152.3, 152.4],
+                                         workload="essays")]
+            + [{**r, **busy} for r in runs("engine-b-none", "agg_tok_s", [100.0, 100.1],
+                                           workload="essays")])
+    c = check(verdicts.verdict(finding("04_engine_comparison", rows)),
+              "Essays, one stream: engine A is faster without")
+    assert c.outcome == "holds" and "host-bound" not in c.reason
+
+
+@pytest.mark.parametrize("params", [DEFAULT, ENGINES])
+def test_a_step_that_is_no_weight_read_makes_speed_checks_not_testable(params):
+    # the same cells, on the CPU and on the H200 (busy cards): a speculative step of 2.1
+    # decodes (the CPU probe's block drafter) has no weight-read mechanism to test
+    extra = ({"engine": "vllm", "busy_share": 0.95, "busy_source": "nvml"}
+             if params == ENGINES else {})
+    rows = [{**r, **extra} for r in runs("dflash-k5", "agg_tok_s", [60.0, 60.5])
+            + runs("mtp-k3", "agg_tok_s", [40.0, 40.5])]
+    ok = check(verdicts.verdict(finding("01_drafter_block_sweep", rows, params=params)),
+               "At one stream 5 drafts decodes faster")
+    assert ok.outcome in ("holds", "holds in direction only")  # at 1.2 decodes: tested
+    bad = check(verdicts.verdict(finding("01_drafter_block_sweep", rows, params=params,
+                                         step=2.1)), "At one stream 5 drafts decodes faster")
+    assert bad.outcome == "not testable here"
+    assert bad.reason.startswith("a weight-read decode step absent (measured: 'dflash-k5' "
+                                 "2.10 decodes a step (the step-stage probe ")
+    assert bad.measured.startswith("+49.")  # what was measured stands beside it
+
+
+def test_unknown_step_cost_is_not_testable():
+    rows = runs("dflash-k5", "agg_tok_s", [60.0, 60.5]) + runs("mtp-k3", "agg_tok_s", [40.0])
+    f = finding("01_drafter_block_sweep", rows)
+    f.suite = f.suite.model_copy(update={"substrate": f.suite.substrate.model_copy(
+        update={"step_probe": None})})
+    c = check(verdicts.verdict(f), "At one stream 5 drafts decodes faster")
+    assert c.outcome == "not testable here" and "unknown is not testable" in c.reason
+
+
+def test_a_noise_band_at_least_the_articles_effect_is_not_resolvable():
+    # 5 drafts against MTP at one stream: the article's +37.0%; -5.0% inside ±47.4%
+    rows = (runs("dflash-k5", "agg_tok_s", [75.0, 90.0, 120.0])
+            + runs("mtp-k3", "agg_tok_s", [85.0, 95.0, 120.0]))
+    c = check(verdicts.verdict(finding("01_drafter_block_sweep", rows)),
+              "At one stream 5 drafts decodes faster")
+    assert c.outcome == "not resolvable here" and c.symbol == "≈"
+    # N: the fewest n with 3 x (band / effect)^2 < n
+    assert ("noise ±47.4% against the article's 37.0%; about 5 repeats a side would resolve "
+            "it (3 x (47.4 / 37.0)^2") in c.reason
+    # a band narrower than the effect: the same tie does not hold (the effect would show)
+    rows = (runs("dflash-k5", "agg_tok_s", [96.0, 96.5, 97.0])
+            + runs("mtp-k3", "agg_tok_s", [99.0, 100.0, 101.0]))
+    c = check(verdicts.verdict(finding("01_drafter_block_sweep", rows)),
+              "At one stream 5 drafts decodes faster")
+    assert c.outcome == "does not hold" and "the other way" in c.reason
+
+
+def test_coverage_text():
+    assert verdicts.coverage_text("holds in part", [
+        ("holds", ""), ("not testable here", "the outputs are mostly loops: x"),
+        ("not testable here", "the outputs are mostly loops: y"),
+        ("not resolvable here", "noise ±30% against the article's 5%")]) == (
+        "holds on 1 of 4 checks (1 holds; 1 not resolvable here: noise at least the effect; "
+        "2 not testable here: the outputs are mostly loops x2)")
+    assert verdicts.coverage_text("holds", [("holds", ""), ("holds", "")]) == (
+        "holds on all 2 checks (2 holds)")
 
 
 def test_the_substrate_busy_share_decides_where_cells_carry_none():
@@ -367,7 +516,9 @@ def test_the_substrate_busy_share_decides_where_cells_carry_none():
     line = host_bound.substrate_line(f)
     assert line.startswith("the embedded 11M-parameter target (22 MB") and "GPU 5% busy" in line
     c = check(verdicts.verdict(f), "At one stream 5 drafts decodes faster")
-    assert c.outcome == "not testable here" and "host-bound (GPU 5% busy" in c.reason
+    assert c.outcome == "not testable here" and "host-bound (measured: GPU 5% busy" in c.reason
+    # the profile stands in for the arm and says so, never as the arm's own figure
+    assert "no figure of its own for 'dflash-k5' at 1 stream; the suite's one profile" in c.reason
 
 
 def test_highest_is_the_declared_level_so_a_partial_store_is_not_judged_lower_down():
@@ -390,3 +541,43 @@ def test_highest_is_the_declared_level_so_a_partial_store_is_not_judged_lower_do
     low = check(v, "Static 7 drafts beats no speculation at low load")
     assert low.outcome == "not testable here" and "8 streams were not measured" in low.reason
     assert "8 streams" in low.article
+
+
+def test_identical_acceptance_repeats_take_their_noise_across_prompts():
+    # greedy repeats are deterministic: three equal runs are no noise measure (they read
+    # ±0.0%); the requests' tokens per streamed chunk are bootstrapped instead
+    from specrepro.analysis import noise
+    from specrepro.store import REQUEST_SCHEMA
+
+    rows = (runs("dflash-k5", "acceptance_length", [2.0, 2.0, 2.0])
+            + runs("mtp-k3", "acceptance_length", [1.9, 1.9, 1.9]))
+    f = finding("01_drafter_block_sweep", rows)
+    reqs = [{"cell_id": f"c{i}", "attempt": 1, "request_idx": j,
+             "chunk_tokens": [1] + [1 + (j % 3)] * 10} for i in range(6) for j in range(8)]
+    f.requests = frame(reqs, REQUEST_SCHEMA)
+    c = check(verdicts.verdict(f), "At one stream the block drafter at 5 drafts")
+    assert "across prompts" in c.noise and "bootstrap over 24 requests" in c.noise
+    assert not c.noise.startswith("±0.0%")
+    assert noise.prompt_spread(f.requests, ["c0"]) is not None
+    assert noise.prompt_spread(f.requests, []) is None  # no requests: no figure, not zero
+
+
+def test_mechanisms_yaml_is_validated():
+    from specrepro.analysis.mechanism import MechanismError, mechanisms
+
+    assert mechanisms()["weight_read_step"]["max_step_decodes"] == 1.5
+    with pytest.raises(MechanismError, match=r"weight_read_step.max_step_decodes: expected a "
+                                             r"number > 0, found 'low'"):
+        mechanisms("weight_read_step: {words: w, max_step_decodes: low, min_busy: 0.7}\n"
+                   "power_near_cap: {words: p, min_cap_share: 0.5}\n"
+                   "kv_by_bytes: {words: k}\n")
+    with pytest.raises(MechanismError, match="expected the mechanisms"):
+        mechanisms("weight_read_step: {}\n")
+
+
+def test_a_speed_check_must_name_its_mechanism():
+    with pytest.raises(RuleError, match=r"checks\[0\]\.mechanism: a check of 'agg_tok_s' must "
+                                        "name the mechanism"):
+        parse_checks([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "a"},
+                       "b": {"arm": "b"}}], "01_x", known_arms={"p"}, known_gates={"g"},
+                     study_arms={"a", "b"})

@@ -13,7 +13,13 @@ Design:
     article's diamond plotted at NaN, a proxy handle with no data);
   - **across a missing level**: a line joining two levels of its panel's x axis while another
     series in that panel has a point at a level between them (the line claims a value it
-    never had there).
+    never had there);
+  - **unmarked**: a series drawn from data a verdict calls not testable or not resolvable
+    here, drawn as a result. The figure code says which series those are where it picks a
+    panel's metric (`declare_untested(ax, {label: reason})`, a registry on the axes: the
+    verdict knows it, the pixels do not); the check then asks the pixels whether each such
+    series is marked (grey, hatched, or in a panel hatched whole by a patch whose gid
+    starts with `PANEL_MARK`) and whether its reason is written in the legend or a text.
 - Tick labels are in both checks: matplotlib thins the ticks of a numeric axis itself, but
   the fixed labels of a category axis (arms, workload and level) run into each other when
   they are long. One pixel of slack absorbs rounding.
@@ -34,6 +40,9 @@ from matplotlib.text import Text
 SLACK_PX = 1.0
 TICK_GAP_PX = 4.0  # two tick labels of one axis closer than this (a space at 7 pt) read as one
 KEY = "key|"  # a legend key's gid: this, then the gid prefix of the group it explains
+REGISTRY = "_specrepro_untested"  # the axes attribute: {series label: why it is untested}
+PANEL_MARK = "untested-panel|"  # a hatched patch with this gid marks its whole panel
+GREY_SPREAD = 0.06  # a colour whose RGB channels differ by less than this reads as grey
 
 
 def _label(t: Text) -> str:
@@ -232,9 +241,76 @@ def _xs(art) -> list:
     return []
 
 
+def declare_untested(ax, reasons: dict[str, str]) -> None:
+    """Record on `ax` the series (by label) whose data a verdict did not test, and why (a
+    short reason, which the figure must write somewhere a reader sees it)."""
+    setattr(ax, REGISTRY, {**declared_untested(ax), **reasons})
+
+
+def declared_untested(ax) -> dict[str, str]:
+    return dict(getattr(ax, REGISTRY, {}))
+
+
+def _grey(color) -> bool:
+    from matplotlib.colors import to_rgba_array
+
+    try:
+        rgba = to_rgba_array(color)
+    except (TypeError, ValueError):
+        return False
+    return len(rgba) > 0 and all(max(c[:3]) - min(c[:3]) < GREY_SPREAD or c[3] == 0
+                                 for c in rgba)
+
+
+def _marked(art) -> bool:
+    """Whether a series' own look marks it: grey (lines, dots) or hatched (bars)."""
+    if isinstance(art, Line2D):
+        return _grey(art.get_color())
+    if isinstance(art, PathCollection):
+        return _grey(art.get_facecolors()) and _grey(art.get_edgecolors())
+    if isinstance(art, BarContainer):
+        return bool(art.patches) and all(p.get_hatch() or _grey(p.get_facecolor())
+                                         for p in art.patches)
+    return False
+
+
+def _words(text: str) -> str:
+    """Text with no whitespace: a reason wrapped anywhere (textwrap breaks after a hyphen,
+    "weight-\nread") still reads as itself."""
+    return "".join(text.split())
+
+
+def unmarked(fig) -> list[str]:
+    """Series declared untested (`declare_untested`) that are drawn with a finite point and
+    not marked, or whose reason no legend entry or text of the figure says."""
+    texts = [a.get_text() for _, a in _named_texts(fig) if isinstance(a, Text)]
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    texts += [t.get_text() for leg in legends for t in leg.get_texts()]
+    said = " | ".join(_words(t) for t in texts)
+    out = []
+    for i, ax in enumerate(fig.axes):
+        reasons = declared_untested(ax)
+        if not reasons:
+            continue
+        whole = any((p.get_gid() or "").startswith(PANEL_MARK) and p.get_hatch()
+                    for p in ax.patches)
+        for art in list(ax.lines) + list(ax.collections) + list(ax.containers):
+            why = reasons.get(art.get_label())
+            if why is None or not _finite_points(art):
+                continue
+            if not (whole or _marked(art)):
+                out.append(f"unmarked: panel {i + 1}'s series '{art.get_label()}' is drawn "
+                           f"from data the verdict did not test ({why}) and is neither grey, "
+                           "hatched nor in a hatched panel")
+            elif _words(why) not in said:
+                out.append(f"unmarked: panel {i + 1}'s series '{art.get_label()}' is marked "
+                           f"untested but no legend entry or text says why ({why})")
+    return list(dict.fromkeys(out))
+
+
 def problems(fig) -> list[str]:
     """Every fault this module knows in `fig` (drawn first), one sentence each."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     return (clipped(fig, renderer) + overlapping(fig, renderer) + listed_not_drawn(fig)
-            + across_missing_levels(fig))
+            + across_missing_levels(fig) + unmarked(fig))

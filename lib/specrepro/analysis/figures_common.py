@@ -99,7 +99,8 @@ def mean_line(ax, xs: list, st: list[dict | None], style: dict, label: str | Non
             ax.errorbar([x], [s["mean"]], yerr=e, fmt="none", **ERR)
     for x, vals in zip(xs, runs or [], strict=False):
         if len(vals) > 1:
-            ax.scatter([x] * len(vals), vals, color=style["color"], s=9, alpha=0.5, zorder=3)
+            ax.scatter([x] * len(vals), vals, color=style["color"], s=9, alpha=0.5, zorder=3,
+                       gid=f"runs|{label}")  # figures_marks greys them with their line
 
 
 def mean_bar(ax, x: float, s: dict | None, style: dict, width: float, label: str | None = None,

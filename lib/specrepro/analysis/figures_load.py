@@ -21,6 +21,7 @@ import polars as pl
 
 from specrepro import metrics
 from specrepro.analysis import figures_common as fc
+from specrepro.analysis import figures_marks as fm
 from specrepro.analysis import tables
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.figures_sweep import TPS, article_lines, published_against_base
@@ -34,6 +35,9 @@ def load_sweep(f: Finding, claims: Claims) -> fc.plt.Figure:
     speculation, with the crossing of static 7 drafts marked."""
     st, c = fc.styles(f), f.cells
     fig, axes = fc.figure(3, (14, 5.2))
+    speed = fm.untested(f, claims, "agg_tok_s")
+    for ax in (axes[0], axes[2]):
+        fm.declare(ax, speed)
     fc.lines_by_streams(axes[0], f, c, "agg_tok_s", st)
     axes[0].set(title="measured (this engine)", xlabel="concurrent streams", ylabel=TPS)
     pub = published_points(claims, "agg_tok_s").filter(
@@ -51,17 +55,38 @@ def load_sweep(f: Finding, claims: Claims) -> fc.plt.Figure:
     static7 = next((a.name for a in f.study.arms if a.resolved.method == "dflash"
                     and a.resolved.speculative.num_speculative_tokens == 7
                     and not a.resolved.speculative.num_speculative_tokens_per_batch_size), None)
-    cross = tables.crossing(c, static7, base) if static7 else None
+    cross, note = _crossing(c, static7, base, base_label) if static7 else (None, "")
     if cross is not None:
-        axes[2].axvline(cross, color="grey", linestyle=":",
-                        label=f"static 7 below {base_label} from {cross:.3g} streams")
+        axes[2].axvline(cross, color="grey", linestyle=":", label=note)
     axes[2].axhline(1.0, color="grey", linewidth=0.8)
     fc.streams_axis(axes[2], c["concurrency"].to_list(), pub["concurrency"].to_list())
     axes[2].set(title=f"against {base_label}", xlabel="concurrent streams",
                 ylabel=f"throughput / {base_label} (x)")
-    fc.title(fig, claims, c, "agg_tok_s")
+    fc.title(fig, claims, c, "agg_tok_s", extra="" if cross is not None else note)
+    fm.mark(fig)
     fc.legend_below(fig, axes)
     return fig
+
+
+def _crossing(cells: pl.DataFrame, arm: str, base: str, base_label: str
+              ) -> tuple[float | None, str]:
+    """Where static 7 drafts crosses below the baseline, and the words for it. A crossing is
+    drawn only where the ratio goes from above 1 to below between two measured levels
+    (tables.crossing's interpolation); below already at the lowest level is no crossing:
+    the note says 'below at every level measured' (or from the lowest level, where it comes
+    back above later), and no line is drawn."""
+    cross = tables.crossing(cells, arm, base)
+    levels = sorted({x for x in cells["concurrency"].to_list() if x is not None})
+    if cross is None or not levels:
+        return None, ""
+    if cross > levels[0]:
+        return cross, f"static 7 crosses below {base_label} at {cross:.3g} streams"
+    gain = tables.gain_over(cells.filter(pl.col("arm").is_in([arm, base])), base)
+    ahead = gain.filter((pl.col("arm") == arm) & (pl.col("change_pct") >= 0)).height
+    span = f"{levels[0]}-{levels[-1]} streams"
+    return None, (f"static 7 below {base_label} at every level measured ({span})" if not ahead
+                  else f"static 7 below {base_label} already at {levels[0]} stream(s), the "
+                       "lowest measured, not at every level")
 
 
 def bill_chart(f: Finding, claims: Claims) -> fc.plt.Figure:
@@ -80,8 +105,10 @@ def bill_chart(f: Finding, claims: Claims) -> fc.plt.Figure:
     axes[0].set(ylabel="KV pool (tokens)", title="KV pool at the same memory budget")
     axes[0].yaxis.set_major_formatter(lambda v, _: tables.fmt(int(v)))
     notes = _kv_changes(axes[1], f, claims, kv, ref, st)
+    fm.declare(axes[2], fm.untested(f, claims, "tokens_per_joule"))
     _energy(axes[2], axes[3], f, claims, st)
     fc.title(fig, None, c, "tokens_per_joule" if f.has_power else None, extra="; ".join(notes))
+    fm.mark(fig)
     fc.legend_below(fig, axes)
     return fig
 

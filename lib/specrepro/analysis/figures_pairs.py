@@ -21,6 +21,7 @@ import textwrap
 import polars as pl
 
 from specrepro.analysis import figures_common as fc
+from specrepro.analysis import figures_marks as fm
 from specrepro.analysis import tables
 from specrepro.analysis.cell_key import LEVEL, key_of
 from specrepro.analysis.claims import Claims, claims_for
@@ -28,57 +29,83 @@ from specrepro.analysis.finding import Finding
 from specrepro.analysis.gates import evaluate_gates
 from specrepro.analysis.overlay import points_at, published_points
 from specrepro.analysis.verdicts import verdict
-from specrepro.published import load_gates
+from specrepro.published import load_arms, load_gates
 
 TPS = "aggregate decode throughput (tok/s)"
 
 
 def acceptance_pairs(f: Finding, claims: Claims) -> fc.plt.Figure:
     """Acceptance length per workload and level for each arm, the article's marked; and
-    throughput per arm in two panels (measured, article)."""
+    throughput per arm in two panels (measured, article). An arm is labelled as the engine
+    served it (figures_marks.served_labels); the article's bars are named as the article's
+    arms, hollow and hatched, never in a measured arm's colour; a group's repeated 4-grams
+    are given per arm, never pooled across arms."""
     st, c = fc.styles(f), f.cells
+    shown = fm.served_labels(f)
     groups = c.select(LEVEL).unique(maintain_order=True).to_dicts()
     labels = fc.labels_in(f, c)
     fig, axes = fc.figure(3, (14, 4.8))
     width = 0.8 / max(len(labels), 1)
+    for ax, metric in ((axes[0], "acceptance_length"), (axes[1], "agg_tok_s")):
+        fm.declare(ax, {shown[k]: why for k, why in fm.untested(f, claims, metric).items()})
     pub_acc = published_points(claims, "acceptance_length")
     pub_tps = published_points(claims, "agg_tok_s")
+    pub_look = _article_looks(claims, [fc.arm_of(f, lab) for lab in labels])
     names = []
     for gi, grp in enumerate(groups):
         part = c.filter(*(pl.col(k) == grp[k] for k in LEVEL if grp[k] is not None))
-        rep = part["repeated_4gram_share"].drop_nulls()
-        # short lines: a group's label is as wide as its widest (the x label says what rep. is)
+        reps = [part.filter(pl.col("label") == lab)["repeated_4gram_share"].drop_nulls()
+                for lab in labels]
+        # per arm, in the legend's order: one share pooled over arms hides that one arm loops
+        rep = "/".join(f"{100 * r.mean():.0f}" for r in reps if r.len())
         names.append(f"{grp['workload']}\n{tables.streams(grp['concurrency'])}"
-                     + (f"\nrep. {rep.mean():.0%}" if rep.len() else ""))
+                     + (f"\nrep. {rep}%" if rep else ""))
         for li, label in enumerate(labels):
             x = gi + (li - (len(labels) - 1) / 2) * width
             mine = part.filter(pl.col("label") == label)
             arm = fc.arm_of(f, label)
             for ax, col in ((axes[0], "acceptance_length"), (axes[1], "agg_tok_s")):
                 fc.mean_bar(ax, x, fc.stats(mine[col].to_list()), st[label], width * 0.9,
-                            label=label)
+                            label=shown[label])
             at = (arm, *key_of(grp, LEVEL))
             for row in points_at(pub_acc, claims, *at).to_dicts():
                 fc.article_marker(axes[0], x, row["value"],
                                   gid=f"article|{arm}|{grp['workload']}|{grp['concurrency']}")
             hit = points_at(pub_tps, claims, *at)
             if hit.height:
-                axes[2].bar([x], [hit["value"][0]], width=width * 0.9,
-                            color=st[label]["color"], hatch="//", edgecolor="black",
-                            label=label)
+                name, hatch = pub_look[arm]
+                axes[2].bar([x], [hit["value"][0]], width=width * 0.9, color="white",
+                            hatch=hatch, edgecolor="black", label=name,
+                            gid=f"article-bar|{arm}")
     fc.key(axes[0], f"{fc.article_tag(claims, c)} (at the compared temperature)", "article",
            **fc.ARTICLE)
     for ax, ttl, ylabel in (
             (axes[0], "tokens per step", "acceptance length (tokens per step)"),
             (axes[1], "measured (this engine)", TPS),
-            (axes[2], f"article {claims.article} (hatched: another machine)", TPS)):
+            (axes[2], f"article {claims.article}: its engines, another machine", TPS)):
         ax.set_xticks(range(len(groups)), names, fontsize=7)
         ax.set(title=ttl, ylabel=ylabel)
         if any("\nrep. " in n for n in names):
-            ax.set_xlabel("rep.: the outputs' repeated 4-grams", fontsize=7)
+            ax.set_xlabel("rep.: the outputs' repeated 4-grams, per arm in the legend's order",
+                          fontsize=7)
     fc.title(fig, claims, c, "acceptance_length")
-    fc.legend_below(fig, axes)
+    fm.mark(fig)
+    fc.legend_below(fig, axes, ncol=2)  # arms and the article's engines: long names
     return fig
+
+
+ARTICLE_HATCHES = ["//", "\\\\", "xx", "..", "++", "oo"]
+
+
+def _article_looks(claims: Claims, arms: list[str]) -> dict[str, tuple[str, str]]:
+    """{study arm: (legend name, hatch)} of the article's arm each study arm is compared
+    with: named by the article's own label (its engine and version, arms.csv), one hatch per
+    article arm, so the article's series never borrow a measured arm's colour or name."""
+    label = dict(load_arms().select("arm", "label").iter_rows())
+    pub = list(dict.fromkeys(claims.arms.get(a, a) for a in arms))
+    return {a: (f"article {claims.article}: {label.get(claims.arms.get(a, a), claims.arms.get(a, a))}",
+                ARTICLE_HATCHES[pub.index(claims.arms.get(a, a)) % len(ARTICLE_HATCHES)])
+            for a in arms}
 
 
 def gate_status(f: Finding, claims: Claims) -> dict[str, tuple[str, str]]:

@@ -22,6 +22,7 @@ import polars as pl
 
 from specrepro import metrics
 from specrepro.analysis import figures_common as fc
+from specrepro.analysis import figures_marks as fm
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.overlay import (
@@ -69,6 +70,9 @@ def block_sweep_speed(f: Finding, claims: Claims) -> fc.plt.Figure:
     baseline (MTP) in %, the article's gains marked in each arm's colour."""
     st, c = fc.styles(f), f.cells
     fig, axes = fc.figure(3, (13, 4.8))
+    speed = fm.untested(f, claims, "agg_tok_s")
+    for ax in (axes[0], axes[2]):
+        fm.declare(ax, speed)
     fc.lines_by_streams(axes[0], f, c, "agg_tok_s", st)
     axes[0].set(title=f"measured (this engine, {fc.temps(c)})", xlabel="concurrent streams",
                 ylabel=TPS)
@@ -91,6 +95,7 @@ def block_sweep_speed(f: Finding, claims: Claims) -> fc.plt.Figure:
     axes[2].set(title=f"gain over {base_label}", xlabel="concurrent streams",
                 ylabel=f"throughput change against {base_label} (%)")
     fc.title(fig, claims, c, "agg_tok_s")
+    fm.mark(fig)
     fc.legend_below(fig, axes)
     return fig
 
@@ -106,6 +111,7 @@ def acceptance_by_arm(f: Finding, claims: Claims, concurrency: int | None = None
     workload, temp = at["workload"][0], at["temperature"][0]
     tag = fc.article_tag(claims, c)
     fig, axes = fc.figure(2, (12, 4.8))
+    fm.declare(axes[0], fm.untested(f, claims, "acceptance_length"))
     pub = published_points(claims, "acceptance_length")
     for i, label in enumerate(labels):
         part = at.filter(pl.col("label") == label)
@@ -127,6 +133,7 @@ def acceptance_by_arm(f: Finding, claims: Claims, concurrency: int | None = None
                 title=f"tokens per step at {level} stream(s)")
     _positions(axes[1], f, at, labels, claims, (workload, level, temp), tag)
     fc.title(fig, claims, c, "acceptance_length")
+    fm.mark(fig)
     fc.legend_below(fig, axes, ncol=3)
     return fig
 
@@ -184,6 +191,7 @@ def step_time(f: Finding, claims: Claims) -> fc.plt.Figure:
                                               c["per_stream_tok_s"].to_list(), strict=True)],
         dtype=pl.Float64))
     fig, axes = fc.figure(2, (12, 4.6))
+    fm.declare(axes[0], fm.untested(f, claims, "step_ms"))
     fc.lines_by_streams(axes[0], f, runs, "_step", st)
     axes[0].set(title=f"measured (this engine, {fc.temps(c)})", xlabel="concurrent streams",
                 ylabel="step time (ms per target step)")
@@ -207,6 +215,7 @@ def step_time(f: Finding, claims: Claims) -> fc.plt.Figure:
     axes[1].set(title=f"{fc.article_tag(claims, c)}, 1 stream: its own machine and scale",
                 ylabel="step time (ms per target step)")
     fc.title(fig, claims, runs, "_step")
+    fm.mark(fig)
     fc.legend_below(fig, axes)
     return fig
 

@@ -1,21 +1,25 @@
-"""The host-bound rule: a speed, step or energy check whose baseline left the device mostly
-idle is not testable here, and the substrate line every report opens with.
+"""How busy a device was while an arm ran, and the substrate line every report opens with.
 
 Design:
 - The articles' findings about speed are about a decode step that reads a 27B model's
   weights: the GPU is busy for nearly all of it. A target of 22 MB leaves an H200 95-98 %
   idle (docs/bench/profile-h200-*), so its step, throughput and joules measure the engine's
-  host code. Such a check is "not testable here: host-bound (GPU n % busy)", never "does
-  not hold".
+  host code. Such a check is "not testable here: ... host-bound (GPU n % busy)", never "does
+  not hold": analysis/mechanism.py applies the rule, on every side of a check, at its level,
+  as part of the weight-read precondition; a GPU arm with no busy figure is not testable.
+- On a CPU the figure is the engine's CPU seconds over wall time, which counts Python host
+  work as busy: it is shown, never read as the mechanism (the step cost decides there).
 - How busy an arm's device was, by precedence:
   1. the mean `busy_share` of the arm's cells at the check's level (every level when the
      check names none): recorded per cell since 2026-12-04 (harness/power.py: NVML
      utilization on a GPU, the engine's CPU share on the CPU);
   2. the suite's `substrate.busy` for the arm's engine: a profile of one decode window,
-     with the file that measured it (params/substrate.py);
+     with the file that measured it (params/substrate.py); the figure says it is that one
+     profile standing in for this arm and level, never the arm's own;
   3. unknown: the rule does not apply, and the substrate line says it was not measured.
-- `THRESHOLD` (0.70): the issue's rule. The stand-in's engines run at 93-100 % at one stream
-  and the small target's at 2-40 %, so no measured arm sits near it.
+- `THRESHOLD`: mechanisms.yaml's `weight_read_step.min_busy` (0.70). The stand-in's engines
+  run at 93-100 % at one stream and the small target's at 2-40 %, so no measured arm sits
+  near it.
 - Only throughput, step time, power and energy are host-bound (`SPEED_METRICS`): tokens per
   step, accuracy and memory capacity do not depend on how busy the device was.
 """
@@ -27,9 +31,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from specrepro.analysis.finding import Finding, devices
+from specrepro.analysis.mechanism import mechanisms, precondition_line
 from specrepro.params.engine_kinds import KINDS
 
-THRESHOLD = 0.70
+THRESHOLD = float(mechanisms()["weight_read_step"]["min_busy"])
 SPEED_METRICS = frozenset({"agg_tok_s", "per_stream_tok_s", "agg_tok_s_change_pct", "step_ms",
                            "tokens_per_joule", "power_w_mean", "energy_j"})
 ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang", "embedded": "the embedded engine",
@@ -71,28 +76,20 @@ def busy(f: Finding, arm: str, level: int | None = None) -> Busy | None:
     if sub is not None and engine in sub.busy:
         b = sub.busy[engine]
         device = "GPU" if "cuda" in devices(f.study, [arm]) else "CPU"
-        return Busy(b.share, device, f"profiled: {b.at}, {b.source}".replace(", ,", ","))
+        at = f" at {level} stream{'s' if level != 1 else ''}" if level is not None else ""
+        return Busy(b.share, device, (
+            f"profiled: no figure of its own for {arm!r}{at}; the suite's one profile of "
+            f"{b.at or 'one window'} ({b.source}) stands in"))
     return None
 
 
-def reason(f: Finding, metric: str, arm: str, level: int | None = None) -> str | None:
-    """Why a check of `metric` against baseline `arm` is not testable here, or None."""
-    if metric not in SPEED_METRICS:
-        return None
-    b = busy(f, arm, level)
-    if b is None or b.share >= THRESHOLD:
-        return None
-    return (f"host-bound ({b.device} {b.share:.0%} busy while {arm!r} ran: {b.where}); a "
-            f"step timed on host work says nothing of the articles' weight-read-bound one "
-            f"(speed, step and energy checks need the device at least {THRESHOLD:.0%} busy)")
-
-
 def host_bound_arms(f: Finding) -> list[tuple[str, Busy]]:
-    """The study's arms whose device was below the threshold, with how busy."""
+    """The study's GPU arms whose device was below the threshold, with how busy (a CPU's
+    share counts host work as busy and is not read so)."""
     out = []
     for a in f.study.arms:
         b = busy(f, a.name)
-        if b is not None and b.share < THRESHOLD:
+        if b is not None and b.device == "GPU" and b.share < THRESHOLD:
             out.append((a.name, b))
     return out
 
@@ -108,12 +105,20 @@ def substrate_line(f: Finding) -> str:
         engine = ENGINE_WORDS.get(_engine(f, a.name) or "", a.name)
         if b is not None and engine not in seen:
             seen[engine] = b
-    if seen:
-        parts = "; ".join(f"{e}: {b.text()}" for e, b in seen.items())
+    gpu = {e: b for e, b in seen.items() if b.device == "GPU"}
+    cpu = {e: b for e, b in seen.items() if b.device != "GPU"}
+    tail = ""
+    if gpu:
+        parts = "; ".join(f"{e}: {b.text()}" for e, b in gpu.items())
         verdict = ("speed, step and energy checks are not testable here (host-bound)"
-                   if any(b.share < THRESHOLD for b in seen.values()) else
-                   "busy enough for speed checks")
-        tail = f" Busy share: {parts}; below {THRESHOLD:.0%}, {verdict}."
-    else:
+                   if any(b.share < THRESHOLD for b in gpu.values()) else
+                   f"at least {THRESHOLD:.0%} busy, as the weight-read step needs")
+        tail += f" Busy share: {parts}; {verdict}."
+    if cpu:
+        parts = "; ".join(f"{e}: {b.text()}" for e, b in cpu.items())
+        tail += (f" CPU share: {parts}; it counts the engine's Python host work as busy, so it "
+                 "is not read as the mechanism here: the step cost below decides.")
+    if not seen:
         tail = " Busy share: not measured for these cells."
-    return head.rstrip(".") + "." + tail
+    pre = precondition_line(f)
+    return head.rstrip(".") + "." + tail + (f" {pre}" if pre else "")

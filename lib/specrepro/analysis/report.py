@@ -50,7 +50,7 @@ from pathlib import Path
 import nbformat
 
 from specrepro import findings, provenance
-from specrepro.analysis import arms_across
+from specrepro.analysis import arms_across, where_tested
 from specrepro.analysis.finding import project_root
 from specrepro.analysis.substrates import SUITES
 
@@ -77,6 +77,10 @@ td.check-outcome .word { font-weight: 600; }
   span.verdict[data-outcome="holds in direction only"] { background: #fbe9c8; }
 [data-outcome="does not hold"] > td.verdict,
   span.verdict[data-outcome="does not hold"] { background: #f6d5c8; }
+[data-outcome="holds in part"] > td.verdict,
+  span.verdict[data-outcome="holds in part"] { background: #e8f2f8; }
+[data-outcome="not resolvable here"] > td.verdict,
+  span.verdict[data-outcome="not resolvable here"],
 [data-outcome="not testable here"] > td.verdict, [data-outcome="missing"] > td.verdict,
   span.verdict[data-outcome="not testable here"], span.verdict[data-outcome="missing"]
   { background: #eee; }
@@ -86,6 +90,8 @@ table#substrates td.verdict[data-outcome="holds"] { background: #d8ecf7; }
 table#substrates td.verdict[data-outcome="holds in direction only"] { background: #fbe9c8; }
 table#substrates td.verdict[data-outcome="does not hold"] { background: #f6d5c8; }
 table#substrates td.verdict[data-outcome="not testable here"] { background: #eee; }
+table#substrates td.verdict[data-outcome="not resolvable here"] { background: #eee; }
+table#substrates td.verdict[data-outcome="holds in part"] { background: #e8f2f8; }
 table#substrates td.verdict small { font-weight: normal; }
 table#substrates td.na { color: #666; font-style: italic; }
 tbody.finding { border-top: 2px solid #888; }
@@ -171,7 +177,7 @@ def write_figures(reports: list[Report], reports_dir: Path
 
 def _verdict(summary: dict | None) -> tuple[str, str]:
     s = summary or MISSING
-    word = "no summary" if s["outcome"] == "missing" else s["outcome"]
+    word = "no summary" if s["outcome"] == "missing" else (s.get("text") or s["outcome"])
     return s["outcome"], f"{s['symbol']} {word}"
 
 
@@ -238,10 +244,13 @@ COLUMNS = (
     ("measured ÷ article", 8, ("the measured effect divided by the article's: 1 as large, 0.5 "
                                "half, below 0 the other way; blank where the check sizes no "
                                "effect (a 'same' check, a gate, a figure not printed)")),
-    ("check's outcome", 10, ("✓ holds, ◐ holds in direction only, ✗ does not hold, – not "
-                             "testable here, by the check's rule (its report's summary prints "
+    ("check's outcome", 10, ("✓ holds, ◐ holds in direction only, ✗ does not hold, ≈ not "
+                             "resolvable here (the noise is at least the article's effect), – "
+                             "not testable here (the mechanism is absent), by the check's rule (its report's summary prints "
                              "it; here on hover), with what decided it")),
-    ("verdict", 9, "the finding's, judged over the article's checks only"),
+    ("verdict", 9, ("the finding's, judged over the article's checks only, with how many of "
+                    "them were tested (◔ holds in part: every tested check holds, some were "
+                    "not tested)")),
 )
 
 
@@ -270,7 +279,8 @@ def _substrate_cell(sub: dict | None) -> str:
         return f"<td class='na' title='{_esc(sub.get('why'))}'>not measured</td>"
     checks = " ".join(sub.get("checks") or [])
     return (f"<td class='verdict' data-outcome='{_esc(sub['outcome'])}'>"
-            f"{_esc(sub['symbol'])}&nbsp;{_esc(sub['outcome'])}<br><small>checks {_esc(checks)}"
+            f"{_esc(sub['symbol'])}&nbsp;{_esc(sub.get('coverage') or sub['outcome'])}<br>"
+            f"<small>checks {_esc(checks)}"
             f"; {_esc(sub['header'])}" + (f"; noise {_esc(sub['noise'])}" if sub.get("noise")
                                           else "")
             + (f"; {_esc(sub['busy'])}" if sub.get("busy") else "") + "</small></td>")
@@ -364,8 +374,10 @@ def figure_sections(reports: list[Report],
     return "\n".join(parts)
 
 
-LEGEND = ("<p class='meta'>Verdicts: ✓ holds · ◐ holds in direction only · ✗ does not hold · "
-          "– not testable here. Each check's rule is in its report's summary (and in the "
+LEGEND = ("<p class='meta'>Verdicts: ✓ holds · ◔ holds in part (every tested check holds, "
+          "some were not tested) · ◐ holds in direction only · ✗ does not hold · ≈ not "
+          "resolvable here (the noise is at least the article's effect) · – not testable here "
+          "(the substrate lacks the mechanism). Each check's rule is in its report's summary (and in the "
           "tooltip of its outcome here); a substitute gate's own rule is in its check.</p>")
 
 
@@ -379,7 +391,8 @@ def render_index(reports: list[Report], links: dict[str, list[tuple[str, str | N
         ("<p>One executed notebook per finding; each row's link opens its report. A verdict "
          "says whether the article's finding holds on the engine and hardware these results "
          "were measured on, by the rule its report prints beside it.</p>"),
-        summary_table(reports), LEGEND, substrates_table(reports), shared,
+        where_tested.table(reports), summary_table(reports), LEGEND, substrates_table(reports),
+        shared,
         figure_sections(reports, links),
         "</body></html>"])
 

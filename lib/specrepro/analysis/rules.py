@@ -19,9 +19,11 @@ Design:
   - `straddle`: a's runs fall on both sides of b's mean (its worst run below, its best above).
   - `gate`: a gate the article declared before its run (published/gates.csv, by id),
     evaluated as declared.
-- Noise: for `compare` (and a gate that asks for a gain) a difference inside the measured
-  run-to-run range of the two cells (their min-max over repeats overlap) is a tie, never a
-  win. With one run on both sides no spread was measured, and the rule text says so.
+- Noise (analysis/noise.py, whose functions also print the rule): resolution before
+  direction. Where the measured noise band is at least the article's effect (a "same"
+  claim's own band, a gate's demanded gain) the check is "not resolvable here", with the
+  repeats that would resolve it; else a difference inside the band is a tie, never a win.
+  With one run on both sides no spread was measured, and the rule text says so.
 - Testability: `not_testable` lists the engines (the engines of a rule's arms) on which a
   rule cannot be tested and why (a memory ceiling where memory is set by a utilization
   flag); an entry's optional `device: cpu | cuda` limits it to arms measured on that device
@@ -31,6 +33,11 @@ Design:
   drafter proposed exactly what the baseline's did (the engine ignored the change). A rule
   whose arm, workload or level the study did not measure is not testable either, with that
   reason.
+- Mechanism: `mechanism` names what the check presupposes about the substrate
+  (analysis/mechanisms.yaml: `weight_read_step` for speed, `power_near_cap` for energy,
+  `kv_by_bytes` for memory); analysis/mechanism.py measures it per arm and level, and a
+  check whose mechanism is absent or unmeasured is not testable there. A check of a speed
+  or energy metric must name one (`SPEED_METRICS`), so none is judged without it.
 - Validation happens on load (`parse_checks`), so a typo fails naming the notebook, the
   check and the key.
 """
@@ -40,17 +47,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specrepro.analysis import noise
 from specrepro.analysis.cell_key import CELL, LEVEL
 
-OUTCOMES = ("holds", "holds in direction only", "does not hold", "not testable here")
+OUTCOMES = ("holds", "holds in direction only", "does not hold", "not resolvable here",
+            "not testable here")
+# "not resolvable here": the suite's noise is at least the effect the article reports, so no
+# measurement of this size could tell it (analysis/noise.py, `resolution`); never a failure
 SYMBOLS = {"holds": "✓", "holds in direction only": "◐", "does not hold": "✗",
-           "not testable here": "–"}
+           "not resolvable here": "≈", "not testable here": "–"}
+UNTESTED = ("not resolvable here", "not testable here")  # outcomes that test nothing
 KINDS = ("compare", "spread", "straddle", "gate")
 DIRECTIONS = ("higher", "lower", "same")
 LEVELS = ("lowest", "highest", "any")
 # `needs:` "power": untestable without measured watts; "drafter_change": untestable where the
 # challenger's drafter proposed exactly what the baseline's did (analysis/same_drafts.py)
 NEEDS = ("power", "drafter_change")
+# what a check presupposes of the substrate (analysis/mechanisms.yaml has one entry each)
+MECHANISMS = ("weight_read_step", "power_near_cap", "kv_by_bytes")
+# metrics whose checks must name a mechanism: they move with the step, not with the drafts
+SPEED_METRICS = frozenset({"agg_tok_s", "step_ms", "tokens_per_joule"})
 DEVICES = ("cpu", "cuda")  # a not_testable / cannot_test entry's `device` (not `on`: YAML 1.1 reads it as true)
 
 # The measured metrics a rule may name (each a column of the cells table, in the article's
@@ -109,13 +125,15 @@ class Rule:
     band: Band = field(default_factory=Band)
     gate: str | None = None           # a published/gates.csv gate id (kind gate)
     needs: str | None = None          # one of NEEDS
+    mechanism: str | None = None      # one of MECHANISMS: what the substrate must show
     not_testable: tuple[NotTestable, ...] = ()
 
     def text(self) -> str:
         """The rule as the reader sees it beside the verdict."""
         if self.kind == "gate":
             return ("the article's gate, evaluated as it declared it; a gain it demands is "
-                    "not met inside the measured run-to-run range")
+                    "not resolvable where the noise band is at least that gain, and not met "
+                    "inside the band")
         if self.kind == "straddle":
             return ("holds when a's worst run is below b's mean and its best run above it; "
                     "does not hold when all its runs are on one side")
@@ -123,21 +141,21 @@ class Rule:
             return ("relative range (max - min) / mean over repeats; holds when the "
                     f"ratio is {'above' if self.direction == 'higher' else 'below'} 1")
         if self.direction == "same":
-            return (f"holds when the change is {self.band.text() or 'inside the spread'} or "
-                    "inside the measured run-to-run range; does not hold otherwise")
+            return noise.same_rule_text(self.band.within)
         word = "above" if self.direction == "higher" else "below"
         band = self.band.text()
         return (f"direction: {word} the other arm; "
                 + (f"holds with {band}, holds in direction only with less; " if band else "")
-                + "a difference inside the run-to-run range (min-max over repeats) is a tie, "
-                "which does not hold")
+                + "not resolvable here where the noise band (run-to-run, A/A, across "
+                "prompts) is at least the article's effect; else a difference inside the band "
+                "is a tie, which does not hold")
 
 
 # --------------------------------------------------------------------------- loading
 
 _SIDE_KEYS = {*CELL, "article_arm"}  # a side names an arm at a level, as the cells do
 _RULE_KEYS = {"claim", "kind", "metric", "a", "b", "direction", "band", "gate", "needs",
-              "not_testable"}
+              "mechanism", "not_testable"}
 
 
 def _where(nb: str, i: int, key: str = "") -> str:
@@ -206,6 +224,10 @@ def parse_check(raw: Any, nb: str, i: int, known_arms: set[str], known_gates: se
     if needs not in (None, *NEEDS):
         raise RuleError(f"{where}.needs: expected one of {list(NEEDS)} or nothing, "
                         f"found {needs!r}")
+    mechanism = raw.get("mechanism")
+    if mechanism not in (None, *MECHANISMS):
+        raise RuleError(f"{where}.mechanism: expected one of {list(MECHANISMS)} or nothing, "
+                        f"found {mechanism!r}")
     nts = []
     for j, nt in enumerate(raw.get("not_testable") or []):
         if (not isinstance(nt, dict) or not {"engines", "why"} <= set(nt) <= {"engines", "why", "device"}
@@ -218,7 +240,7 @@ def parse_check(raw: Any, nb: str, i: int, known_arms: set[str], known_gates: se
         nts.append(NotTestable(tuple(nt["engines"]), " ".join(nt["why"].split()),
                                nt.get("device")))
     rule_kw: dict[str, Any] = {"claim": " ".join(raw["claim"].split()), "kind": kind,
-                               "direction": direction, "needs": needs,
+                               "direction": direction, "needs": needs, "mechanism": mechanism,
                                "not_testable": tuple(nts), "band": _band(raw.get("band"), nb, i)}
     if kind == "gate":
         gate = raw.get("gate")
@@ -241,6 +263,9 @@ def parse_check(raw: Any, nb: str, i: int, known_arms: set[str], known_gates: se
         if side.article_arm is not None and side.article_arm not in known_arms:
             raise RuleError(f"{where}.{key}.article_arm: {side.article_arm!r} is not in "
                             "published/arms.csv")
+    if mechanism is None and metric in SPEED_METRICS:
+        raise RuleError(f"{where}.mechanism: a check of {metric!r} must name the "
+                        f"mechanism it presupposes (one of {list(MECHANISMS)})")
     return Rule(**rule_kw, metric=metric, a=a, b=b)
 
 

@@ -55,7 +55,8 @@ from specrepro.analysis.finding import (
 )
 from specrepro.analysis.summary import card, engine_names, engine_words, measured_substrate
 from specrepro.analysis.summary import partial as partial_text
-from specrepro.analysis.verdicts import CheckResult, verdict
+from specrepro.analysis.rules import UNTESTED
+from specrepro.analysis.verdicts import CheckResult, coverage_text, verdict
 from specrepro.params import ParamsError, load_suite, resolve_study
 
 
@@ -89,6 +90,12 @@ class Substrate:
     busy: str = ""               # how busy its device was (analysis/host_bound.py), in words
 
     @property
+    def coverage(self) -> str:
+        """The verdict with how much of the claim was tested ('holds on 1 of 4 checks (...)')."""
+        return coverage_text(self.outcome, [(c.outcome, c.reason) for c in self.checks]
+                             ) if self.outcome else ""
+
+    @property
     def noise(self) -> str:
         """The widest noise band its checks met ('±58.7%'), or why none was measured."""
         bands = [float(m.group(1)) for c in self.checks
@@ -110,6 +117,7 @@ class Substrate:
                 "status": self.status, "header": self.header, "why": self.why,
                 "cells": self.cells, "declared": self.declared, "outcome": self.outcome,
                 "symbol": self.symbol, "checks": [c.symbol for c in self.checks],
+                "coverage": self.coverage,
                 "noise": self.noise, "busy": self.busy}
 
 
@@ -255,7 +263,7 @@ class Comparison:
         seen, untested = {}, []
         for s in self.measured:
             c = self.check(s, i)
-            if c is None or c.outcome == "not testable here":
+            if c is None or c.outcome in UNTESTED:
                 untested.append(s)
             else:
                 seen.setdefault(c.outcome, []).append(s)
@@ -274,12 +282,11 @@ class Comparison:
         absent = f"; not measured on {_and(gone)}" if gone else ""
         if not ms:
             return f"No substrate has stored results for this finding{absent}."
-        by: dict[str, list[str]] = {}
-        for s in ms:
-            by.setdefault(s.outcome, []).append(s.tag + (" (partial)" if s.status == "partial"
-                                                         else ""))
-        line = "The finding " + ", ".join(
-            f"{_WORDS.get(o, o)} on {_and(t)}" for o, t in by.items()) + absent + "."
+        # each substrate's verdict with its coverage: a finding tested on one check of four
+        # never reads as a plain "holds"
+        line = "The finding " + "; ".join(
+            f"on {s.tag}{' (partial)' if s.status == 'partial' else ''}: {s.coverage}"
+            for s in ms) + absent + "."
         if len(ms) < 2:
             return line + " One substrate only: nothing to set beside it."
         changes, partly, nowhere = [], {}, 0
@@ -299,12 +306,12 @@ class Comparison:
         if changes:
             line += " Verdicts that change between substrates: " + "; ".join(changes) + "."
         for where, checks in partly.items():
-            line += f" Not testable on {where} only: {'; '.join(checks)}."
+            line += f" Not tested on {where} only: {'; '.join(checks)}."
         if not changes and not partly and nowhere < len(self.claims.checks):
             line += " Every check has the same verdict on each substrate that tested it."
         if nowhere:
-            line += (f" {nowhere} of {len(self.claims.checks)} checks are not testable on any "
-                     "measured substrate.")
+            line += (f" {nowhere} of {len(self.claims.checks)} checks are not tested (not "
+                     "testable or not resolvable) on any measured substrate.")
         return line
 
     def table(self) -> tables.Table:

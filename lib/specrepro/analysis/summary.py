@@ -164,8 +164,7 @@ def summary_html(s: dict) -> str:
                     + f'<td class="verdict">{c["symbol"]} {html.escape(c["outcome"])}{reason}</td>'
                     + _td(c["rule"], "rule") + "</tr>")
     line = (f'<p class="verdict-line" data-outcome="{html.escape(s["outcome"])}"><strong>'
-            f"Verdict: {s['symbol']} {html.escape(s['outcome'])}</strong> "
-            f"({html.escape(s['text'].split('(', 1)[-1].rstrip(')'))}). "
+            f"Verdict: {s['symbol']} {html.escape(s['text'])}</strong>. "
             f"The article's finding: {html.escape(s['claim'])}</p>")
     if s.get("substrate_line"):
         line += (f'<p class="substrate-line"><strong>Substrate:</strong> '

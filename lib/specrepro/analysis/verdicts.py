@@ -3,14 +3,21 @@
 Design:
 - The rules are data (analysis/rules.py); this module evaluates them on a `Finding` and
   the articles' published figures, and nothing here names a published number or an arm.
-- Each check gives one of four outcomes (rules.OUTCOMES), the article's value and the
+- Each check gives one of five outcomes (rules.OUTCOMES), the article's value and the
   measured one as text (with the level and temperature each was taken at), the ratio of the
   measured effect to the article's, and the rule in words, so a reader sees why.
 - What a check compares, each side's values at the level it resolves to, measured and
   published, is analysis/check_sides.py's; this module turns them into outcomes and words.
+- A check whose mechanism (analysis/mechanism.py) is absent or unmeasured on the substrate is
+  "not testable here" with the measured reason; one whose noise is at least the article's
+  effect is "not resolvable here" (analysis/noise.py), never "does not hold".
 - The finding's outcome is judged over the article's checks only: any check that does not
   hold makes it "does not hold"; all tested checks holding makes it "holds"; some holding
-  in direction only, "holds in direction only"; none testable, "not testable here".
+  in direction only, "holds in direction only"; none tested, "not testable here" (or "not
+  resolvable here" where every one is that). Coverage is part of the verdict: where some
+  checks were not tested, "holds" reads "holds in part" (◔) and the text "holds on 1 of 4
+  checks (3 not testable here: ...)", so a finding whose core check is untested never reads
+  as a plain "holds".
   Substitute gates (a suite's own, where the article's cannot be measured) stand beside,
   labelled, and never decide it.
 """
@@ -23,7 +30,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from specrepro import metrics
-from specrepro.analysis import host_bound, noise, substitute_gates, tables, text_quality
+from specrepro.analysis import mechanism, noise, substitute_gates, tables, text_quality
 from specrepro.analysis.check_sides import (
     Measured,
     NotTestable,
@@ -36,7 +43,7 @@ from specrepro.analysis.check_sides import (
 from specrepro.analysis.claims import Claims, claims_for
 from specrepro.analysis.finding import Finding, devices
 from specrepro.analysis.gates import evaluate_gate
-from specrepro.analysis.rules import OUTCOMES, SYMBOLS, Rule, Side
+from specrepro.analysis.rules import SPEED_METRICS, SYMBOLS, UNTESTED, Rule, Side
 from specrepro.analysis.same_drafts import same_drafts
 from specrepro.published import load_gates
 
@@ -66,24 +73,37 @@ class CheckResult:
                 "noise": self.noise}
 
 
+# A finding's outcomes beyond a check's: "holds in part" where every tested check holds but
+# some were not tested (◔: partly filled, as the coverage is)
+FINDING_SYMBOLS = {**SYMBOLS, "holds in part": "◔"}
+
+
 @dataclass
 class Verdict:
     notebook_id: str
     checks: list[CheckResult] = field(default_factory=list)
 
     @property
+    def own(self) -> list[CheckResult]:
+        return [c for c in self.checks if not c.substitute]
+
+    @property
     def outcome(self) -> str:
-        states = [c.outcome for c in self.checks if not c.substitute]
+        states = [c.outcome for c in self.own]
         if "does not hold" in states:
             return "does not hold"
-        tested = [s for s in states if s != "not testable here"]
+        tested = [s for s in states if s not in UNTESTED]
         if not tested:
-            return "not testable here"
+            return ("not resolvable here" if states and all(s == "not resolvable here"
+                                                             for s in states)
+                    else "not testable here")
+        if len(tested) < len(states) and all(s == "holds" for s in tested):
+            return "holds in part"
         return "holds" if all(s == "holds" for s in tested) else "holds in direction only"
 
     @property
     def symbol(self) -> str:
-        return SYMBOLS[self.outcome]
+        return FINDING_SYMBOLS[self.outcome]
 
     @property
     def holds(self) -> bool | None:
@@ -91,11 +111,37 @@ class Verdict:
 
     @property
     def text(self) -> str:
-        own = [c for c in self.checks if not c.substitute]
-        counts = {o: sum(c.outcome == o for c in own) for o in OUTCOMES}
-        parts = [f"{n} {o}" for o, n in counts.items() if n]
-        return f"{self.outcome} ({', '.join(parts) or 'no checks'} of {len(own)} checks)"
+        return coverage_text(self.outcome, [(c.outcome, c.reason) for c in self.own])
 
+
+def _why_kind(reason: str) -> str:
+    """A reason's head, as the coverage line counts it: 'weight-read decode step absent'."""
+    head = reason.split(" (")[0].split(":")[0].strip()
+    return head or "no reason given"
+
+
+def coverage_text(outcome: str, checks: list[tuple[str, str]]) -> str:
+    """'holds on 1 of 4 checks (3 not testable here: host-bound x2, loops x1)': what the
+    verdict rests on, from each check's (outcome, reason)."""
+    n = len(checks)
+    if not n:
+        return f"{outcome} (no checks)"
+    tested = [o for o, _ in checks if o not in UNTESTED]
+    parts = []
+    for state in UNTESTED:
+        whys = [("noise at least the effect" if state == "not resolvable here" else
+                 _why_kind(r)) for o, r in checks if o == state]
+        if whys:
+            counts = {w: whys.count(w) for w in dict.fromkeys(whys)}
+            parts.append(f"{len(whys)} {state}: " + ", ".join(
+                f"{w}{f' x{c}' if c > 1 else ''}" for w, c in counts.items()))
+    if not tested:
+        return f"{outcome}: none of {n} checks tested ({'; '.join(parts)})"
+    word = "holds" if outcome == "holds in part" else outcome
+    held = {o: tested.count(o) for o in dict.fromkeys(tested)}
+    detail = ", ".join(f"{c} {o}" for o, c in held.items())
+    head = (f"{word} on {len(tested)} of {n} checks" if parts else f"{word} on all {n} checks")
+    return head + f" ({detail}" + (f"; {'; '.join(parts)}" if parts else "") + ")"
 
 
 # ---------------------------------------------------------------------- formatting
@@ -169,25 +215,24 @@ def _compare(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
         art_change, res.article = _article_change(claims, rule, ma, mb)
     except NotTestable as why:
         art_change, res.article = None, f"not printed ({why})"
-    if rule.direction == "same":  # its own band decides; noise never makes it hold
-        band = rule.band.within
-        if band is None and nz.band_pct is None:
-            raise NotTestable("a 'same' claim needs a band or measured noise, and this one "
-                              "has neither (1 run each, no A/A twin)")
-        ok = abs(change) <= (band if band is not None else nz.band_pct)
-        if ok and band is not None and nz.band_pct is not None and nz.band_pct > band:
-            raise NotTestable(f"inside the claim's band (within {band:g}%), but the noise "
-                              f"(±{nz.band_pct:.1f}%) is wider than it: this suite cannot tell "
-                              "the same from different at that scale")
-        res.outcome = "holds" if ok else "does not hold"
-        res.reason = (f"{'inside' if ok else 'outside'} the claim's band (within {band:g}%); "
-                      if band is not None else "") + where
+    if rule.direction == "same":  # the one symmetric rule (noise.same_outcome)
+        res.outcome, res.reason = noise.same_outcome(change, rule.band.within, nz.band_pct,
+                                                     nz.runs)
+        if res.outcome == "not testable here":
+            raise NotTestable(res.reason)
         return res
     if art_change not in (None, 0):
         res.ratio = change / art_change
     right_way = change > 0 if rule.direction == "higher" else change < 0
+    # a change outside the band the article's way is resolved, whatever the article's size
+    if (not right_way or tie) and (why := noise.resolution(nz.band_pct, art_change, nz.runs)):
+        res.outcome, res.reason = "not resolvable here", (
+            f"{why}; measured {change:+.1f}%, {'in' if right_way else 'against'} the "
+            "article's direction")
+        return res
     if tie:
-        res.reason = f"a tie: {change:+.1f}% is inside the noise band, ±{nz.band_pct:.1f}%"
+        res.reason = (f"a tie: {change:+.1f}% is inside the noise band, ±{nz.band_pct:.1f}%, "
+                      "which is narrower than the article's effect: that effect would show")
     elif not right_way:
         res.reason = f"the other way ({where})"
     else:
@@ -289,6 +334,10 @@ def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
         nz = _noise(f, Rule(rule.claim, metric="agg_tok_s", a=side, b=ref), "agg_tok_s",
                     ma, mb)
         res.noise = nz.text()
+        if g["threshold"] > 0 and (why := noise.resolution(nz.band_pct, g["threshold"],
+                                                           nz.runs)):
+            res.outcome, res.reason = "not resolvable here", f"{why}; measured {value:+.1f}%"
+            return res
         if passes and g["threshold"] > 0 and nz.tie(value):
             passes, res.reason = False, f"the gain is inside the noise band, ±{nz.band_pct:.1f}%"
     elif g["metric"] == "gsm8k_correct":
@@ -316,9 +365,30 @@ def _gate(f: Finding, claims: Claims, rule: Rule) -> CheckResult:
     return res
 
 
-def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[CheckResult]:
+def _speed_untestable(f: Finding, gate, rules: tuple[Rule, ...], own: list[CheckResult]
+                      ) -> str:
+    """Why a substitute gate on a speed metric is not testable here ('' where it is): the
+    speed precondition measured on its own arms (mechanism.py), else the reason the suite's
+    own speed checks were set aside where none of them was tested (an emulated FP8 drafter's
+    speed is the emulation's, whichever gate reads it)."""
+    if gate.metric not in SPEED_METRICS:
+        return ""
+    arms = [(a, gate.concurrency) for a in (gate.arm, gate.reference_arm) if a is not None]
+    if why := mechanism.reason(f, "weight_read_step", arms):
+        return why
+    speed = [c for r, c in zip(rules, own, strict=False) if r.mechanism == "weight_read_step"]
+    if speed and all(c.outcome in UNTESTED for c in speed):
+        first = next(c for c in speed if c.outcome in UNTESTED)
+        return f"as the article's speed checks here: {first.reason}"
+    return ""
+
+
+def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...],
+                 own: list[CheckResult] = ()) -> list[CheckResult]:
     """The suite's own gates, where the study has gates and the article declared some:
-    labelled as substitutes, evaluated as the suite declared them."""
+    labelled as substitutes, evaluated as the suite declared them; one on a speed metric is
+    not testable where the speed precondition fails (`_speed_untestable`), never a pass or
+    a fail."""
     if not any(r.kind == "gate" for r in rules):
         return []
     declared = {(r["workload"], r["concurrency"], r["threshold"])
@@ -330,7 +400,8 @@ def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[Ch
         if (gate.workload, gate.concurrency, gate.threshold) in declared:
             continue
         row = evaluate_gate(f.cells, gate)
-        outcome = ("not testable here" if unchanged else  # an unchanged drafter: see why
+        why = unchanged or _speed_untestable(f, gate, rules, own)
+        outcome = ("not testable here" if why else  # an unchanged drafter, no speed mechanism
                    {"pass": "holds", "fail": "does not hold"}.get(row["result"],
                                                                   "not testable here"))
         # its own rule and value, and beside it the article's figure at the same metric and
@@ -339,7 +410,7 @@ def _substitutes(f: Finding, claims: Claims, rules: tuple[Rule, ...]) -> list[Ch
                                )["temperature"].drop_nulls().unique().to_list()
         text = substitute_gates.describe(claims, gate, row, temps[0] if len(temps) == 1 else None)
         out.append(CheckResult(text["claim"], outcome, substitute=True, article=text["article"],
-                               measured=text["measured"], reason=unchanged, rule=text["rule"]))
+                               measured=text["measured"], reason=why, rule=text["rule"]))
     return out
 
 
@@ -374,7 +445,8 @@ def _article_only(f: Finding, claims: Claims, rule: Rule) -> str:
 
 
 def _not_testable_beside(f: Finding, claims: Claims, rule: Rule, why: str) -> CheckResult:
-    """A check not testable for `why`, with what was measured still standing beside it."""
+    """A check not testable for `why`, with what was measured (and its noise) still standing
+    beside it."""
     res = CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=why,
                       article=_article_only(f, claims, rule))
     try:
@@ -385,17 +457,23 @@ def _not_testable_beside(f: Finding, claims: Claims, rule: Rule, why: str) -> Ch
     return res
 
 
-def _host_bound(f: Finding, rule: Rule, claims: Claims) -> str | None:
-    """analysis/host_bound.py's rule on the check's baseline: b of a comparison, the arm of a
-    one-sided check, a gate's baseline arm (else its arm) at the gate's level."""
+def _mechanism_arms(f: Finding, rule: Rule, claims: Claims) -> list[tuple[str, int | None]]:
+    """The arms a check's mechanism is measured on, each at the level the check reads it:
+    both sides of a comparison (at the level they resolved to), a gate's arm and baseline at
+    the gate's level."""
     if rule.kind == "gate":
         g = _gate_row(rule)
         reverse = {pub: arm for arm, pub in claims.arms.items()}
-        arm = reverse.get(g["baseline_arm"]) or reverse.get(g["arm"])
-        return host_bound.reason(f, g["metric"], arm, g["concurrency"]) if arm else None
-    side = rule.b or rule.a
-    level = side.concurrency if isinstance(side.concurrency, int) else None
-    return host_bound.reason(f, rule.metric, side.arm, level)
+        arms = [reverse.get(g["arm"]), reverse.get(g["baseline_arm"])]
+        level = g["concurrency"] if g["concurrency"] is not None else None
+        return [(a, level) for a in dict.fromkeys(arms) if a is not None]
+    try:
+        ma, mb = measured_pair(f, rule, True, claims)
+        levels = (ma.concurrency, mb.concurrency)
+    except NotTestable:
+        levels = tuple(s.concurrency if isinstance(s.concurrency, int) else None
+                       for s in (rule.a, rule.b))
+    return [(s.arm, lv) for s, lv in zip((rule.a, rule.b), levels) if s is not None]
 
 
 def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
@@ -410,10 +488,14 @@ def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
                            article=_article_only(f, claims, rule))
     if rule.needs == "drafter_change" and (why := same_drafts(f)):
         return _not_testable_beside(f, claims, rule, why)
-    if why := _host_bound(f, rule, claims):
+    if why := mechanism.reason(f, rule.mechanism, _mechanism_arms(f, rule, claims)):
         return _not_testable_beside(f, claims, rule, why)
     try:
-        return KIND[rule.kind](f, claims, rule)
+        res = KIND[rule.kind](f, claims, rule)
+        if rule.mechanism == "kv_by_bytes" and res.outcome not in UNTESTED and (
+                note := mechanism.kv_note(f, rule.a.arm, rule.b.arm)):
+            res.reason = f"{res.reason}; {note}" if res.reason else note
+        return res
     except NotTestable as why:
         return CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=str(why),
                            article=_article_only(f, claims, rule))
@@ -425,7 +507,7 @@ def _with_loops(f: Finding, rule: Rule, res: CheckResult) -> CheckResult:
     measured beside it); a speed, step or energy check names the loops in its reason; a check
     already not testable, or of a figure set at start-up, is left as it is."""
     effect = text_quality.loops_decide(rule)
-    if effect is None or res.outcome == "not testable here":
+    if effect is None or res.outcome == "not testable here":  # loops outrank noise
         return res
     why = text_quality.loop_reason(f.cells, rule)
     if not why:
@@ -445,5 +527,5 @@ def verdict(f: Finding, claims: Claims | None = None) -> Verdict:
     claims = claims or claims_for(f.notebook_id)
     v = Verdict(f.notebook_id, [_with_loops(f, r, evaluate(f, r, claims))
                                 for r in claims.checks])
-    v.checks += _substitutes(f, claims, claims.checks)
+    v.checks += _substitutes(f, claims, claims.checks, v.checks)
     return v

@@ -5,7 +5,11 @@ bytes a decode step reads against the card's bandwidth (`summary`, shown on the 
 of every report), and, by engine, the device's busy share where it was measured outside the
 cells (a profile of one decode window: `busy`). Cells measured since 2026-12-04 carry their
 own `busy_share` (harness/power.py), which wins; the host-bound rule that reads both is
-analysis/host_bound.py.
+analysis/host_bound.py. `step_probe` names the file of an engine's step-stage probe
+(scripts/bench_step_stages.py: a speculative step's verify, drafter pass and whole step in
+one-token decodes, by drafter and draft length) on the suite's device: the weight-read
+precondition (analysis/mechanism.py) reads it for an arm whose study has no
+no-speculation arm to divide its step by.
 """
 
 from __future__ import annotations
@@ -27,6 +31,14 @@ class BusyShare(Strict):
     at: str = ""  # what was measured: arm, streams
 
 
+class StepProbe(Strict):
+    """An engine's step-stage probe on this suite's device: the file (under the repository
+    root) whose last JSON line holds its rows, and which engine it measured."""
+
+    engine: Literal["vllm", "sglang", "embedded", "transformers"]
+    source: str
+
+
 class Substrate(Strict):
     """What a suite's numbers are measured on, in the words the report's first screen shows
     (model bytes, bytes read per step against the card's bandwidth), and the busy shares
@@ -35,5 +47,6 @@ class Substrate(Strict):
     summary: str
     busy: dict[Literal["vllm", "sglang", "embedded", "transformers"], BusyShare] = Field(
         default_factory=dict)
+    step_probe: StepProbe | None = None
 
 
