@@ -18,6 +18,7 @@ import yaml
 
 from specrepro import identity, provenance
 from specrepro.analysis import arms_across, notebooks, report
+from specrepro.analysis.verdicts import coverage_text
 from specrepro.params import NOTEBOOK_IDS, load_suite, resolve_study
 from specrepro.store import ResultStore, now
 
@@ -42,9 +43,10 @@ def summary_output(nb: str, outcome: str = "holds", checks: int = 2, verdicts: b
     rows = [{"claim": f"check {i} of {nb}", "article": f"+{35 + i} %", "measured": f"+{4 + i} %",
              "ratio": 0.1 + i, "outcome": outcome, "symbol": SYMBOLS[outcome],
              "rule": f"RULE-{i}: within ±50 % of the article's change"} for i in range(checks)]
+    text = coverage_text(outcome, [(c["outcome"], "") for c in rows])
     summary = {"notebook_id": nb, "title": f"Title {nb}", "article": "A",
                "claim": f"CLAIM-{nb}: the block drafter beats MTP at one stream.",
-               "outcome": outcome, "symbol": SYMBOLS[outcome],
+               "outcome": outcome, "symbol": SYMBOLS[outcome], "text": text,
                "article_substrate": "vLLM 0.28.0, DGX Spark GB10, Qwen3.8-27B NVFP4",
                "substrate": "embedded engine 0.1.0, CPU TEST-CPU (2 threads), models/embedded",
                "checks": rows}
@@ -53,8 +55,15 @@ def summary_output(nb: str, outcome: str = "holds", checks: int = 2, verdicts: b
         f"<td>{c['article']}</td><td>{c['measured']}</td><td>{c['ratio']}</td>"
         f"<td class='noise'>±3.0% (run-to-run 3.0%)</td><td class='verdict'>{(c['outcome'] + ' ' + c['symbol']) if verdicts else ''}</td>"
         f"<td>{c['rule']}</td></tr>" for c in rows)
-    table = ("<p class='substrate-line'><strong>Substrate:</strong> the embedded 11M target "
-             "on a constructed machine, busy share not measured.</p>"
+    # as summary.summary_html writes them: the verdict line with its coverage, the substrate
+    # line with the speed precondition (host_bound.substrate_line, mechanism.precondition_line)
+    table = (f"<p class='verdict-line' data-outcome='{outcome}'><strong>Verdict: "
+             f"{SYMBOLS[outcome]} {text}</strong>. The article's finding: CLAIM-{nb}.</p>"
+             "<p class='substrate-line'><strong>Substrate:</strong> the embedded 11M target "
+             "on a constructed machine, busy share not measured. Precondition, a weight-read "
+             "decode step: a speculative step costs at most 1.5 one-token decodes. Measured, "
+             "at each arm's lowest level: dflash-k7 1.20 (constructed). The mechanism is "
+             "there.</p>"
              "<table id='summary' class='specrepro summary'><thead><tr><th>claim</th>"
              "<th>article</th><th>measured</th><th>ratio</th><th>Noise</th><th>verdict</th>"
              "<th>rule</th>"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,14 +26,19 @@ import nbformat
 import pytest
 import yaml
 
-from specrepro.analysis import notebooks, report
+from specrepro.analysis import notebooks, report, rules
 from specrepro.analysis.substrates import SUITES
 from specrepro.params import NOTEBOOK_IDS
 from test_report_index import constructed_notebook, reports_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-OUTCOMES = ("holds", "holds in direction only", "does not hold", "not testable here")
+# a check's outcomes, and a finding's (which adds "holds in part": verdicts.FINDING_SYMBOLS)
+OUTCOMES = (*rules.OUTCOMES, "holds in part")
+# the coverage a verdict states wherever it appears (verdicts.coverage_text): how many of its
+# checks were tested
+COVERAGE = re.compile(r"holds on (all )?\d+ (of \d+ )?checks|: \d+ of \d+ checks tested|"
+                      r"none of \d+ checks tested|\(no checks\)")
 WIDTH = 1400  # the reviewer's window
 
 
@@ -96,6 +102,12 @@ window.addEventListener('load', () => setTimeout(() => {
     p => p.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING);
   r.noise_column = t ? [...t.querySelectorAll('thead th')].some(th => /^Noise/.test(text(th))) : null;
   r.noise_cells = t ? [...t.querySelectorAll('tr.check')].map(tr => tr.querySelector('td.noise') !== null) : [];
+  // issue 38: the verdict line states its coverage; the precondition the speed checks rest
+  // on, with what was measured, is shown above the summary
+  const vl = document.querySelector('p.verdict-line');
+  r.verdict_line = vl && shown(vl) ? text(vl) : null;
+  r.precondition = [...document.querySelectorAll('p')].some(
+    p => shown(p) && /Precondition, .+ Measured, at each arm's lowest level: /.test(text(p)));
   r.page_width = document.documentElement.scrollWidth;
   r.window_width = window.innerWidth;
   const out = document.createElement('pre');
@@ -170,6 +182,9 @@ def page_problems(page: Path, work: Path, chromium_path: str, *, index: bool = F
     for i, v in enumerate(verdicts):
         if not v or not any(o in v for o in OUTCOMES):
             problems.append(f"{name}: {what} {i + 1} has no verdict (td.verdict: {v!r})")
+        elif index and not COVERAGE.search(v):
+            problems.append(f"{name}: {what} {i + 1} does not say how many of its checks "
+                            f"were tested (td.verdict: {v[:80]!r})")
     if index:  # every column a table shows has its note, visible, not only a tooltip
         problems += [f"{name}: column '{col}' of table {table!r} has no visible note"
                      for table, col, ok in r["columns"] if not ok]
@@ -195,6 +210,14 @@ def page_problems(page: Path, work: Path, chromium_path: str, *, index: bool = F
             problems.append(f"{name}: papermill's parameters shown {r['injected']} times")
         if not r["summary_after_title"]:
             problems.append(f"{name}: table#summary is not right after the title")
+        if not r["verdict_line"]:
+            problems.append(f"{name}: no verdict line (p.verdict-line)")
+        elif not COVERAGE.search(r["verdict_line"]):
+            problems.append(f"{name}: the verdict line does not say how many of its checks "
+                            f"were tested ({r['verdict_line'][:80]!r})")
+        if not r["precondition"]:
+            problems.append(f"{name}: no precondition line ('Precondition, ...: Measured, "
+                            "at each arm's lowest level: ...')")
     return problems
 
 
@@ -234,6 +257,20 @@ def test_the_browser_check_passes_a_good_report_and_names_what_is_wrong_in_bad_o
     below.write_text(page.replace(line, "", 1).replace("</table>", "</table>" + line, 1))
     assert page_problems(below, tmp_path / "w", chromium) == [
         "substrate_below.html: the substrate line is not above table#summary"]
+
+    # issue 38: the verdict line says how many checks were tested, and the precondition the
+    # speed checks rest on is shown; each missing is named
+    page = good.read_text()
+    line = page[page.index("Verdict: "):page.index("</strong>", page.index("Verdict: "))]
+    bare = reports / "no_coverage.html"  # one page for both, one render
+    bare.write_text(page.replace(line, "Verdict: ✓ holds", 1).replace("Precondition, ",
+                                                                     "Assumed, ", 1))
+    said = repr("Verdict: ✓ holds. The article's finding: CLAIM-01_drafter_block_sweep.")
+    assert page_problems(bare, tmp_path / "w", chromium) == [
+        f"no_coverage.html: the verdict line does not say how many of its checks were tested "
+        f"({said})",
+        "no_coverage.html: no precondition line ('Precondition, ...: Measured, at each "
+        "arm's lowest level: ...')"]
 
     no_summary = render("no_summary", summary=False)
     assert page_problems(no_summary, tmp_path / "w", chromium) == [

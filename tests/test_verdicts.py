@@ -500,6 +500,16 @@ def test_coverage_text():
         "2 not testable here: the outputs are mostly loops x2)")
     assert verdicts.coverage_text("holds", [("holds", ""), ("holds", "")]) == (
         "holds on all 2 checks (2 holds)")
+    # a verdict other than holds counts what was tested, never "does not hold on all 4"
+    assert verdicts.coverage_text("does not hold", [
+        ("holds", ""), ("holds", ""), ("does not hold", "the other way"),
+        ("holds in direction only", "")]) == (
+        "does not hold: 4 of 4 checks tested (2 holds, 1 does not hold, "
+        "1 holds in direction only)")
+    assert verdicts.coverage_text("holds in direction only", [
+        ("holds in direction only", ""), ("not testable here", "host-bound (GPU 5 % busy)")]) == (
+        "holds in direction only: 1 of 2 checks tested (1 holds in direction only; "
+        "1 not testable here: host-bound)")
 
 
 def test_the_substrate_busy_share_decides_where_cells_carry_none():

@@ -69,7 +69,7 @@ table.specrepro th { background: #f2f2f2; }
 table.specrepro td.num { text-align: right; white-space: nowrap; }
 table.specrepro ul { margin: 0; padding-left: 1.1em; }
 td.verdict, span.verdict { font-weight: 600; }
-span.verdict { white-space: nowrap; }
+span.verdict { white-space: normal; overflow-wrap: break-word; }
 table#summary { table-layout: fixed; }
 td.check-outcome .word { font-weight: 600; }
 [data-outcome="holds"] > td.verdict, span.verdict[data-outcome="holds"] { background: #d8ecf7; }

@@ -137,10 +137,13 @@ def coverage_text(outcome: str, checks: list[tuple[str, str]]) -> str:
                 f"{w}{f' x{c}' if c > 1 else ''}" for w, c in counts.items()))
     if not tested:
         return f"{outcome}: none of {n} checks tested ({'; '.join(parts)})"
-    word = "holds" if outcome == "holds in part" else outcome
     held = {o: tested.count(o) for o in dict.fromkeys(tested)}
     detail = ", ".join(f"{c} {o}" for o, c in held.items())
-    head = (f"{word} on {len(tested)} of {n} checks" if parts else f"{word} on all {n} checks")
+    if outcome in ("holds", "holds in part"):  # every tested check holds: "holds on 1 of 4"
+        head = (f"holds on {len(tested)} of {n} checks" if parts
+                else f"holds on all {n} checks")
+    else:  # "does not hold on all 4 checks" would read as four failures: count the tested
+        head = f"{outcome}: {len(tested)} of {n} checks tested"
     return head + f" ({detail}" + (f"; {'; '.join(parts)}" if parts else "") + ")"
 
 
