@@ -58,7 +58,8 @@ def summary_output(nb: str, outcome: str = "holds", checks: int = 2, verdicts: b
     # as summary.summary_html writes them: the verdict line with its coverage, the substrate
     # line with the speed precondition (host_bound.substrate_line, mechanism.precondition_line)
     table = (f"<p class='verdict-line' data-outcome='{outcome}'><strong>Verdict: "
-             f"{SYMBOLS[outcome]} {text}</strong>. The article's finding: CLAIM-{nb}.</p>"
+             f"{SYMBOLS[outcome]} {text}</strong>. The article's finding: the block drafter "
+             "beats MTP at one stream.</p>"
              "<p class='substrate-line'><strong>Substrate:</strong> the embedded 11M target "
              "on a constructed machine, busy share not measured. Precondition, a weight-read "
              "decode step: a speculative step costs at most 1.5 one-token decodes. Measured, "
@@ -161,8 +162,10 @@ def test_the_index_has_every_claim_its_values_and_a_verdict_in_word_and_symbol(t
     page = report.write_index(reports).read_text()
     assert page.count("<tbody class='finding'") == 7 and page.count("<tr class='finding'") == 7
     assert "CLAIM-01_drafter_block_sweep" in page and "+35 %" in page and "+4 %" in page
-    assert "✓ holds</td>" in page and "◐ holds in direction only</td>" in page
-    assert "– not testable here</td>" in page
+    # the verdict with its coverage (verdicts.coverage_text), two checks each
+    assert "✓ holds on all 2 checks (2 holds)</td>" in page
+    assert "◐ holds in direction only: 2 of 2 checks tested (2 holds in direction only)</td>" in page
+    assert "– not testable here: none of 2 checks tested (2 not testable here: " in page
     assert "? no summary</td>" in page and "displayed no summary" in page  # 06
     assert "not executed into this folder" in page  # 07
     assert "href='01_drafter_block_sweep.html'" in page and "07_the_bill.html" not in page

@@ -95,7 +95,7 @@ window.addEventListener('load', () => setTimeout(() => {
   // issue 30: every report opens with what its numbers are measured on, and its summary
   // shows the noise band each verdict had to clear
   const subs = [...document.querySelectorAll('p')].filter(
-    p => shown(p) && /^Substrate:\s*\S/.test(text(p)) && text(p).length > 40);
+    p => shown(p) && /^Substrate:\\s*\\S/.test(text(p)) && text(p).length > 40);
   r.substrate_line = subs.length > 0;
   // on the first screen: above the summary table, not after it
   r.substrate_first = !!t && subs.some(
@@ -265,12 +265,13 @@ def test_the_browser_check_passes_a_good_report_and_names_what_is_wrong_in_bad_o
     bare = reports / "no_coverage.html"  # one page for both, one render
     bare.write_text(page.replace(line, "Verdict: ✓ holds", 1).replace("Precondition, ",
                                                                      "Assumed, ", 1))
-    said = repr("Verdict: ✓ holds. The article's finding: CLAIM-01_drafter_block_sweep.")
+    said = repr("Verdict: ✓ holds. The article's finding: the block drafter beats MTP at "
+                "one stream.")
     assert page_problems(bare, tmp_path / "w", chromium) == [
-        f"no_coverage.html: the verdict line does not say how many of its checks were tested "
-        f"({said})",
-        "no_coverage.html: no precondition line ('Precondition, ...: Measured, at each "
-        "arm's lowest level: ...')"]
+        (f"no_coverage.html: the verdict line does not say how many of its checks were tested "
+        f"({said})"),
+        ("no_coverage.html: no precondition line ('Precondition, ...: Measured, at each "
+        "arm's lowest level: ...')")]
 
     no_summary = render("no_summary", summary=False)
     assert page_problems(no_summary, tmp_path / "w", chromium) == [

@@ -184,8 +184,8 @@ def test_01_teaching_line_names_the_changes_and_the_effects(nb01):
         "testable here: the outputs are mostly loops, a weight-read decode step absent x4); ")
     # issue 38: the CPU's speed checks lack the mechanism; its one tested check is said
     # with its coverage, never as the finding's plain verdict
-    assert ("on the embedded engine on the CPU: does not hold on 1 of 5 checks (1 does not "
-            "hold; 4 not testable here: a weight-read decode step absent x4)") in line
+    assert ("on the embedded engine on the CPU: does not hold: 1 of 5 checks tested (1 does "
+            "not hold; 4 not testable here: a weight-read decode step absent x4)") in line
     assert ("“At one stream the block drafter at 5 drafts keeps more tokens per step than MTP” "
             "(does not hold on the embedded engine on the CPU: +35.3% in the article, -1.9% on "
             "the embedded engine on the CPU)") in line

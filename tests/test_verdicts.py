@@ -290,6 +290,24 @@ def test_power_check_needs_watts():
     assert check(v, "Speculation raises tokens per joule").outcome == "not testable here"
 
 
+def test_a_kv_pool_that_falls_by_layer_count_is_not_the_articles_mechanism():
+    """The small target's block drafter caches as many layers as the target (models/embedded:
+    6 and 6, the MTP head 1), so equal KV bytes a layer predict its pool at (6 + 1) / (6 + 6)
+    of the MTP head's: a pool measured there holds for another reason than the article's
+    small drafter, and the check is not testable; 10 % below is not that, and is judged."""
+    def rows(block: int) -> list[dict]:
+        return [{"arm": "dflash-k7", "engine": "embedded", "workload": "essays",
+                 "concurrency": 1, "temperature": 0.0, "repeat": 0, "kv_pool_tokens": block},
+                {"arm": "mtp-control", "engine": "embedded", "workload": "essays",
+                 "concurrency": 1, "temperature": 0.0, "repeat": 0, "kv_pool_tokens": 12000}]
+    kv = check(verdicts.verdict(finding("07_the_bill", rows(7000))), "At the same memory")
+    assert kv.outcome == "not testable here", kv
+    assert "pool priced by the drafter's bytes absent" in kv.reason
+    assert "predict a pool of x0.58, measured x0.58" in kv.reason
+    kv = check(verdicts.verdict(finding("07_the_bill", rows(10800))), "At the same memory")
+    assert kv.outcome == "holds in direction only" and "not by layer count alone" in kv.reason
+
+
 # ------------------------------------------------------------------------- the summary
 
 

@@ -182,10 +182,10 @@ def listed_not_drawn(fig) -> list[str]:
             label = text.get_text()
             mine = [a for a in drawn if a.get_label() == label]
             points = sum(_finite_points(a) for a in mine)
-            keys = {_gid(a).removeprefix(KEY) for a in mine if (_gid(a) or "").startswith(KEY)}
+            keys = {gid_of(a).removeprefix(KEY) for a in mine if (gid_of(a) or "").startswith(KEY)}
             if not points and keys:  # a key: the group it names (gids it prefixes)
                 points = sum(_finite_points(a) for a in drawn if a.get_label() != label
-                             and any((_gid(a) or "").startswith(k) for k in keys))
+                             and any((gid_of(a) or "").startswith(k) for k in keys))
             if not points:
                 out.append(f"listed, not drawn: legend entry '{label}' has no point in any "
                            "panel" + ("" if keys else f" (an empty key names its group by a "
@@ -193,7 +193,7 @@ def listed_not_drawn(fig) -> list[str]:
     return out
 
 
-def _gid(artist) -> str | None:
+def gid_of(artist) -> str | None:
     if isinstance(artist, BarContainer):  # a container has no gid: its first bar's
         return artist.patches[0].get_gid() if artist.patches else None
     return artist.get_gid() if hasattr(artist, "get_gid") else None  # other containers

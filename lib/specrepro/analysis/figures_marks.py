@@ -88,7 +88,7 @@ def _series(ax) -> list:
     arts = list(ax.lines) + list(ax.containers)
     out = []
     for a in arts:
-        gid = figure_checks._gid(a) or ""
+        gid = figure_checks.gid_of(a) or ""
         if a.get_label() and not a.get_label().startswith("_") and not gid.startswith(
                 ("article", figure_checks.KEY)):
             out.append(a)

@@ -16,8 +16,10 @@ Design:
     without speculation is one decode by definition;
   - busy, on a GPU at the check's level: analysis/host_bound.py's figure;
   - power: the arm's `power_w_mean` at the check's level over its profile's power_limit_w.
-- `kv_note` says, beside a memory check, when the pool falls by the drafter's layer count
-  (its config.json beside the target's) rather than by the article's small drafter.
+- `kv_note` says, beside a memory check, whether the pool falls by the drafter's layer count
+  (its config.json beside the target's) rather than by the article's small drafter: where
+  the layers predict the measured pool within 0.02, the article's mechanism is absent and
+  the check is not testable here, with both ratios.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def _cells_ratio(f: Finding, arm: str, base: str, level: int | None) -> Figure |
     den = float(theirs.filter(pl.col("workload") == w)["step_ms"].mean())
     if not den:
         return None
-    return Figure(num / den, f"cells: {num:.3g} ms a step against {base!r}'s {den:.3g} ms, "
+    return Figure(num / den, f"cells: {num:.3g} ms a step against {base}'s {den:.3g} ms, "
                              f"{w}, {level} stream{'s' if level != 1 else ''}")
 
 
@@ -280,25 +282,28 @@ def _pool(f: Finding, arm: str) -> float | None:
     return float(vals.mean()) if len(vals) else None
 
 
-def kv_note(f: Finding, arm: str, base: str) -> str:
-    """What the pool's fall comes from: the drafters' cached layers beside the target's, the
-    pool ratio those predict against the measured one, and the article's drafter beside it;
-    '' where the layer counts are unknown."""
+def kv_note(f: Finding, arm: str, base: str) -> tuple[bool, str]:
+    """What the pool's fall comes from: (whether the drafters' cached layers beside the
+    target's explain it, within 0.02 of the measured ratio, so the article's mechanism, a
+    small drafter's bytes, is absent; the words: the layers, the ratio they predict against
+    the measured one, the article's drafter beside it); (False, '') where the layer counts
+    are unknown."""
     a, b = _arm(f, arm), _arm(f, base)
     if a is None or b is None:
-        return ""
+        return False, ""
     target = _layers(a.resolved.model.id)
     la, lb = _layers(_drafter_folder(a)), _layers(_drafter_folder(b)) or 0
     pa, pb = _pool(f, arm), _pool(f, base)
     if not target or la is None or not pa or not pb:
-        return ""
+        return False, ""
     predicted, measured = (target + lb) / (target + la), pa / pb
-    head = (f"{arm!r}'s drafter caches {la} layer{'s' if la != 1 else ''} beside the target's "
-            f"{target} ({base!r}'s {lb}): equal KV bytes a layer predict a pool of "
+    head = (f"{arm}'s drafter caches {la} layer{'s' if la != 1 else ''} beside the target's "
+            f"{target} ({base}'s {lb}): equal KV bytes a layer predict a pool of "
             f"x{predicted:.2f}, measured x{measured:.2f}")
     article = ("the article's drafter is a small share of a 27B target's bytes (its pool fell "
                "46 % under vLLM 0.32.0, and 0.33.0 recovered it to 1,122,468 tokens)")
     if abs(measured - predicted) <= 0.02:
-        return (f"another mechanism: the pool falls by layer count here ({head}), not by a "
-                f"small drafter's bytes; {article}")
-    return f"not by layer count alone ({head}); {article}"
+        words = mechanisms()["kv_by_bytes"]["words"]
+        return True, (f"{words} absent: the pool falls by layer count here ({head}), not by "
+                      f"a small drafter's bytes; {article}")
+    return False, f"not by layer count alone ({head}); {article}"

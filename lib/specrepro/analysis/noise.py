@@ -30,9 +30,8 @@ Design:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl

@@ -53,9 +53,9 @@ from specrepro.analysis.finding import (
     project_root,
     stored_cells,
 )
+from specrepro.analysis.rules import UNTESTED
 from specrepro.analysis.summary import card, engine_names, engine_words, measured_substrate
 from specrepro.analysis.summary import partial as partial_text
-from specrepro.analysis.rules import UNTESTED
 from specrepro.analysis.verdicts import CheckResult, coverage_text, verdict
 from specrepro.params import ParamsError, load_suite, resolve_study
 

@@ -495,9 +495,12 @@ def evaluate(f: Finding, rule: Rule, claims: Claims) -> CheckResult:
         return _not_testable_beside(f, claims, rule, why)
     try:
         res = KIND[rule.kind](f, claims, rule)
-        if rule.mechanism == "kv_by_bytes" and res.outcome not in UNTESTED and (
-                note := mechanism.kv_note(f, rule.a.arm, rule.b.arm)):
-            res.reason = f"{res.reason}; {note}" if res.reason else note
+        if rule.mechanism == "kv_by_bytes" and res.outcome not in UNTESTED:
+            by_layers, note = mechanism.kv_note(f, rule.a.arm, rule.b.arm)
+            if by_layers:  # a pool that falls by layer count holds for another reason
+                return _not_testable_beside(f, claims, rule, note)
+            if note:
+                res.reason = f"{res.reason}; {note}" if res.reason else note
         return res
     except NotTestable as why:
         return CheckResult(rule.claim, "not testable here", rule=rule.text(), reason=str(why),
