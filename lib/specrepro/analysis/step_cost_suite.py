@@ -1,0 +1,120 @@
+"""A suite's own cells and floor in the step-cost model's terms (issue 39, item 4).
+
+Design:
+- A suite names its device and target as step-cost records (`substrate.card`,
+  `substrate.target`, params/substrate.py). From them:
+  - `floor_line`: the sentence the substrate line of every report closes with: the bytes a
+    step reads (the target's weights, and each arm's drafter passes: one for a block drafter,
+    k for a chain) over the card's rated and its measured bandwidth, and, where the finding
+    measured one stream, each arm's step as a share of both floors. Bytes and bandwidth are
+    decimal throughout (step_cost_data.Size converts a GiB once), so the floor is like for like
+    with the articles' 71-78 % (rated bandwidth) and with the suite's own GEMMs (measured).
+  - `finding_cells`: the finding's cells as rows of step_cost_cells.COLUMNS, so the model is
+    checked on, and the roofline drawn with, the suite's own measurements as on the stand-in's.
+- A drafter's record is found by the arm's drafter id, or, for the embedded engine that keeps
+  its drafters beside its model, by `<model id>/<method>`; an arm whose drafter has no record
+  is left out of the floor and said so.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from specrepro.analysis import step_cost as sc
+from specrepro.analysis.finding import Finding
+from specrepro.analysis.step_cost_cells import COLUMNS
+from specrepro.analysis.step_cost_data import card, model, model_by_id
+from specrepro.speculative import draft_tokens_at
+
+
+def _drafter(arm) -> tuple[str | None, int]:
+    """(drafter record, k) of a study arm; (None, 0) for plain decoding."""
+    p = arm.resolved
+    spec = p.speculative
+    if spec is None or spec.method in (None, "none") or not spec.num_speculative_tokens:
+        return None, 0
+    did = p.drafter.id if p.drafter else f"{p.model.id}/{spec.method}"
+    return model_by_id(did), spec.num_speculative_tokens
+
+
+def floor_line(f: Finding) -> str:
+    """'' where the suite names no card or target; else the floor sentence."""
+    sub = f.suite.substrate
+    if sub is None or not sub.card or not sub.target:
+        return ""
+    c, t = card(sub.card), model(sub.target)
+    arms, missing = [], []
+    for a in f.study.arms:
+        if a.noise_of is not None:
+            continue
+        d, k = _drafter(a)
+        if k and d is None:
+            missing.append(a.name)
+            continue
+        parts = sc.passes(t, model(d) if d else None, k, 1, 0.0)
+        arms.append((a.name, sum(p.weight_bytes for p in parts), d, k))
+    unique: dict[float, list[str]] = {}
+    for name, b, *_ in arms:
+        unique.setdefault(b, []).append(name)
+
+    def floors(b: float) -> str:
+        fl = sc.floor_ms(c, b)
+        return " / ".join(f"{fl[k]:.2f} ms {k}" for k in ("rated", "measured") if fl[k] is not None)
+
+    rated, meas = c.rated_bandwidth_gb_s.value, c.measured_bandwidth_gb_s.value
+    bw = " and ".join(x for x in (f"{rated / 1e3:.3g} TB/s rated" if rated else "",
+                                  f"{meas / 1e3:.3g} TB/s measured" if meas else "") if x)
+    size = 3 if max(unique, default=0) >= 1e9 else 4  # a 44-MB target reads as 0.0441 GB
+    reads = "; ".join(f"{', '.join(names)}: {b / 1e9:.{size}g} GB, floor {floors(b)}"
+                      for b, names in unique.items())
+    text = (f"Floor (analysis/step_cost.py, decimal GB and TB/s): a step of {t.label} on "
+            f"{c.label} ({bw}) reads, with each arm's drafter passes, {reads}.")
+    shares = []
+    one = f.cells.filter(pl.col("concurrency") == 1) if "concurrency" in f.cells.columns else f.cells
+    for name, b, _, _ in arms:
+        steps = one.filter(pl.col("arm") == name)["step_ms"].drop_nulls()
+        if steps.len():
+            step = float(steps.mean())
+            fl = sc.floor_ms(c, b)
+            parts = [f"{100 * fl[k] / step:.0f} % of the {k} floor's speed"
+                     for k in ("rated", "measured") if fl[k] is not None]
+            shares.append(f"{name} {step:.2f} ms ({', '.join(parts)})")
+    if shares:
+        text += " At one stream: " + "; ".join(shares) + "."
+    if missing:
+        text += f" No drafter record for {', '.join(missing)}: not in the floor."
+    return text
+
+
+def finding_cells(f: Finding) -> pl.DataFrame:
+    """The finding's measured cells as step-cost rows (step_cost_cells.COLUMNS); empty where
+    the suite names no card or target."""
+    sub = f.suite.substrate
+    if sub is None or not sub.card or not sub.target or not f.cells.height:
+        return pl.DataFrame(schema=COLUMNS)
+    by_arm = {a.name: a for a in f.study.arms}
+    rows = []
+    for c in f.cells.iter_rows(named=True):
+        a = by_arm.get(c["arm"])
+        if a is None or c["agg_tok_s"] is None:
+            continue
+        d, k = _drafter(a)
+        schedule = json.loads(c["schedule"]) if c.get("schedule") else None
+        k = draft_tokens_at(schedule, k, c["concurrency"]) if k else 0
+        p = a.resolved
+        per_request = max(c.get("n_requests") or 1, 1)
+        rows.append({"card": sub.card, "engine": p.engine,
+                     "runtime": ("compiled" if p.flags.get("compile") else "eager")
+                     if p.engine == "embedded" else "",
+                     "arm": c["arm"], "profile": p.name, "target": sub.target, "drafter": d,
+                     "drafts": k, "streams": c["concurrency"], "tok_s": c["agg_tok_s"],
+                     "acceptance_length": c.get("acceptance_length") if k else None,
+                     "per_position": c.get("per_position_acceptance") if k else None,
+                     "busy": c.get("busy_share"),
+                     "context_tokens": ((c.get("prompt_tokens") or 0)
+                                        + (c.get("output_tokens") or 0) / 2) / per_request,
+                     "source": f"{f.suite.name}: {c['arm']} at {c['concurrency']} streams, "
+                               f"repeat {c.get('repeat')}", "note": None})
+    return pl.DataFrame(rows, schema=COLUMNS)
