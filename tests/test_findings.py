@@ -26,7 +26,7 @@ from specrepro import findings
 from specrepro.analysis import claims
 
 ROOT = Path(__file__).resolve().parents[1]
-STUB = "08_stub_finding"
+STUB = "09_stub_finding"
 # What adding a finding touches (a suite binds the findings it measures; smoke binds all)
 STUB_FILES = {"lib/specrepro/findings.yaml", "lib/specrepro/analysis/claims.yaml",
               f"notebooks/{STUB}.ipynb", f"params/studies/{STUB}.yaml", "params/smoke.yaml"}

@@ -674,7 +674,9 @@ def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
     for busy in suite.substrate.busy.values():
         assert (ROOT / busy.source).is_file(), busy.source
     studies = params.resolve_all(suite)
-    assert list(studies) == list(params.NOTEBOOK_IDS)
+    # every finding but the step-cost one (08 reads the stand-in's stored cells itself; its
+    # own cells are the CPU suite's: the suite's description says so)
+    assert list(studies) == [nb for nb in params.NOTEBOOK_IDS if nb != "08_step_cost"]
     for nb, st in studies.items():
         for a in st.arms:
             p = a.resolved

@@ -13,7 +13,9 @@ Design:
   `figures_pairs`, `figures_load`, on `figures_common`), `show` (display helpers), `claims`
   (per-notebook data), `rules` (verdict rules as data), `summary` (a report's first
   table), `substrates` (its checks on every suite with stored results, beside each other), `notebooks` (papermill runner), `report` (HTML index, `specrepro report`),
-  `arms_across` (the arms several notebooks measured at the same settings).
+  `arms_across` (the arms several notebooks measured at the same settings), `step_cost*`
+  (issue 39: a decode step's cost from bytes and math on each card, checked on the stand-in
+  and on the articles; notebook 08).
 """
 
 import importlib
@@ -31,7 +33,9 @@ from specrepro.analysis.verdicts import Verdict, verdict
 _LAZY = {"figures": ("specrepro.analysis.figures", None),
          **{name: ("specrepro.analysis.show", name) for name in (
              "html_table", "show_figure", "show_header", "show_power_note", "show_substrates",
-             "show_summary", "show_table", "untestable")}}
+             "show_summary", "show_table", "untestable")},
+         # notebook 08's tables and figure (issue 39: the step-cost model)
+         "step_cost_view": ("specrepro.analysis.step_cost_view", "step_cost_view")}
 
 
 def __getattr__(name: str):
@@ -47,6 +51,6 @@ def __getattr__(name: str):
 __all__ = [
     "Claims", "Finding", "Verdict", "at_project_root", "claims_for", "evaluate_gates",
     "figures", "html_table", "overlay", "overlay_tables", "published_points", "show_figure",
-    "show_header", "show_power_note", "show_substrates", "show_summary", "show_table", "tables",
-    "untestable", "verdict",
+    "show_header", "show_power_note", "show_substrates", "show_summary", "show_table",
+    "step_cost_view", "tables", "untestable", "verdict",
 ]

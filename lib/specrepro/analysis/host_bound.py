@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from specrepro.analysis import step_cost_suite
 from specrepro.analysis.finding import Finding, devices
 from specrepro.analysis.mechanism import mechanisms, precondition_line
 from specrepro.params.engine_kinds import KINDS
@@ -121,4 +122,8 @@ def substrate_line(f: Finding) -> str:
     if not seen:
         tail = " Busy share: not measured for these cells."
     pre = precondition_line(f)
-    return head.rstrip(".") + "." + tail + (f" {pre}" if pre else "")
+    # the floor against the card's rated and measured bandwidth, drafter bytes included,
+    # where the suite names its step-cost records (issue 39; analysis/step_cost_suite.py)
+    floor = step_cost_suite.floor_line(f)
+    return (head.rstrip(".") + "." + (f" {floor}" if floor else "") + tail
+            + (f" {pre}" if pre else ""))

@@ -12,9 +12,9 @@ Design:
   tokens x KV bytes a token) and does 2 FLOPs a parameter a token in its precision.
 - A pass costs bytes / bandwidth plus FLOPs / peak (`Step`): memory and math are added, not
   overlapped. The data decide that: on the stand-in's stored cells the sum misses by a median
-  of about 4 % over 1-32 streams where the max misses by 7 % there and by 40 % at 64-512
-  streams (docs/bench/step-cost-2026-12-07.md); the GEMMs alone are max-like, the served
-  step is not. `combine="max"` keeps the other bound for that comparison.
+  of 4.3 % over 1-32 streams and 38 % beyond, the max by 6.3 % and 86 %
+  (docs/bench/step-cost-2026-12-07.md); the GEMMs alone are max-like, the served step is
+  not. `combine="max"` keeps the other bound for that comparison.
 - Bandwidth and peak are the card's measured GEMM figures where measured, else the rated
   ones (`step_cost_data.Card`); the floor (`floor_ms`) is stated against both.
 - Two overheads a step, fitted per engine from stored cells with the cells cited

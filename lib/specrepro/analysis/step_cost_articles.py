@@ -93,8 +93,8 @@ def _acceptance(pub: pl.DataFrame, arms: dict, row: dict, k: int) -> tuple[float
     got = nearest(al.filter(pl.col("arm") == row["arm"]), "its acceptance length")
     if got[0] is not None:
         return got
-    rates = pub.filter((pl.col("arm") == row["arm"])
-                       & pl.col("metric").str.starts_with("acceptance_rate_pos"))
+    rates = same.filter((pl.col("arm") == row["arm"])
+                        & pl.col("metric").str.starts_with("acceptance_rate_pos"))
     if rates.height >= k:
         vals = [r["value"] / 100 for r in rates.sort("metric").iter_rows(named=True)][:k]
         return sc.tokens_per_step(per_position=vals, k=k), \
@@ -110,7 +110,9 @@ def _acceptance(pub: pl.DataFrame, arms: dict, row: dict, k: int) -> tuple[float
             src = pub.filter((pl.col("arm") == entry.arm) & (pl.col("metric") == "acceptance_length"))
             if src.height:
                 return src["value"][0], f"{src['value'][0]:g} at {k} drafts ({entry.source[:80]})"
-    return None, f"no published acceptance for {row['arm']} at {k} drafts on {row['workload']}"
+    at_t = f" at T={row['temperature']:g}" if row.get("temperature") is not None else ""
+    return None, (f"no published acceptance for {row['arm']} at {k} drafts on "
+                  f"{row['workload']}{at_t}")
 
 
 def context_tokens(article: str, workload: str | None) -> tuple[float, str]:

@@ -156,6 +156,12 @@ def reason(row: dict, err_pct: float, step: sc.Step, alt_err_pct: float) -> str:
         parts.append(f"the measured step lies between the model's two bounds (bytes plus math "
                      f"misses by {err_pct:+.1f} %, the larger of the two by {alt_err_pct:+.1f} %): "
                      f"the math of {step_tokens(row)} tokens a step partly overlaps the read")
+    measured = measured_step_ms(row)
+    priced = step.memory_ms + step.math_ms
+    if priced < 0.5 * measured:
+        parts.append(f"reads and math are {100 * priced / measured:.0f} % of the measured "
+                     f"{measured:.1f}-ms step: the rest is the engine's host work or what its "
+                     "kernels do beyond them, not the bytes")
     if step.bound == "compute":
         parts.append(f"compute-bound ({step.math_ms:.1f} ms of math against {step.memory_ms:.1f} "
                      "ms of reads)")

@@ -9,7 +9,12 @@ analysis/host_bound.py. `step_probe` names the file of an engine's step-stage pr
 (scripts/bench_step_stages.py: a speculative step's verify, drafter pass and whole step in
 one-token decodes, by drafter and draft length) on the suite's device: the weight-read
 precondition (analysis/mechanism.py) reads it for an arm whose study has no
-no-speculation arm to divide its step by.
+no-speculation arm to divide its step by. `card` and `target` name the step-cost model's
+records of the suite's device and target (lib/specrepro/analysis/step_cost_cards.yaml and
+step_cost_models.yaml, issue 39): the substrate line then states the bandwidth floor against
+the card's rated and measured bandwidth with every drafter's bytes (analysis/step_cost.py),
+and notebook 08 places the suite's cells on the card's roofline. The names are checked where
+they are read (params cannot import the analysis) and by tests/test_step_cost.py.
 """
 
 from __future__ import annotations
@@ -48,5 +53,7 @@ class Substrate(Strict):
     busy: dict[Literal["vllm", "sglang", "embedded", "transformers"], BusyShare] = Field(
         default_factory=dict)
     step_probe: StepProbe | None = None
+    card: str | None = None    # a card record of analysis/step_cost_cards.yaml
+    target: str | None = None  # a model record of analysis/step_cost_models.yaml
 
 
