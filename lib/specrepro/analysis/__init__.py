@@ -33,7 +33,7 @@ from specrepro.analysis.verdicts import Verdict, verdict
 _LAZY = {"figures": ("specrepro.analysis.figures", None),
          **{name: ("specrepro.analysis.show", name) for name in (
              "html_table", "show_figure", "show_header", "show_power_note", "show_substrates",
-             "show_summary", "show_table", "untestable")},
+             "show_step_cost", "show_summary", "show_table", "untestable")},
          # notebook 08's tables and figure (issue 39: the step-cost model)
          "step_cost_view": ("specrepro.analysis.step_cost_view", "step_cost_view")}
 
@@ -51,6 +51,6 @@ def __getattr__(name: str):
 __all__ = [
     "Claims", "Finding", "Verdict", "at_project_root", "claims_for", "evaluate_gates",
     "figures", "html_table", "overlay", "overlay_tables", "published_points", "show_figure",
-    "show_header", "show_power_note", "show_substrates", "show_summary", "show_table",
-    "step_cost_view", "tables", "untestable", "verdict",
+    "show_header", "show_power_note", "show_step_cost", "show_substrates", "show_summary",
+    "show_table", "step_cost_view", "tables", "untestable", "verdict",
 ]

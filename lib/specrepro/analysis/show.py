@@ -165,6 +165,20 @@ def show_substrates(f: Finding, claims: Claims) -> dict:
     return data
 
 
+def show_step_cost(f: Finding, claims: Claims) -> None:
+    """The finding's published speeds beside the step-cost model's figures for the article's
+    box and the stand-in's card (analysis/step_cost_view.py), or a line saying there are
+    none to set side by side."""
+    from specrepro.analysis.step_cost_view import speed_rows
+
+    table = speed_rows(list(claims.arms.values()))
+    if table.frame.height:
+        show_table(table)
+    else:
+        display(Markdown("**Step cost:** no published speed of this finding's article arms is "
+                         "covered by the step-cost model (notebook 08 lists why)."))
+
+
 def show_power_note(f: Finding) -> None:
     """Where the watts come from, or that this run had no power source (never zeros)."""
     if f.has_power:

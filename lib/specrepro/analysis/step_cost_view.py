@@ -13,6 +13,7 @@ Design:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import polars as pl
@@ -185,3 +186,27 @@ class StepCostView:
 def step_cost_view(finding: Finding | None = None) -> StepCostView:
     """What notebook 08 shows, built once (`StepCostView.build`)."""
     return StepCostView.build(finding)
+
+
+@functools.cache
+def _shared() -> StepCostView:
+    """The stand-in's and the articles' checks, once a process (every speed report reads it)."""
+    return StepCostView.build(None)
+
+
+def speed_rows(article_arms: list[str]) -> Table:
+    """A speed report's side-by-side rows (issue 39, item 4): the published speeds of the
+    report's own article arms (claims.yaml `arms`), each with the model on the article's box,
+    the stand-in's measurement and the model on its card; notebook 08 has every row."""
+    from specrepro.published import load_arms
+
+    labels = {r["arm"]: r["label"] for r in load_arms().iter_rows(named=True)}
+    wanted = {labels[a] for a in article_arms if a in labels}
+    frame = rep.side_by_side(_shared().articles, _shared().standin).filter(
+        pl.col("arm").is_in(sorted(wanted)))
+    return Table(frame, (
+        "This finding's published speeds beside the step-cost model (notebook 08): the "
+        "article's tok/s, the model on the article's box, the stand-in's measurement at the "
+        "same engine, drafter kind, drafts and streams, and the model on the stand-in's card"),
+        (("docs/bench/step-cost-2026-12-07.md says what the misses teach; the substrate "
+          "line above gives this suite's floor against rated and measured bandwidth."),))
