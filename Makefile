@@ -14,7 +14,7 @@ export SPECREPRO_DATA_DIR ?= $(abspath ../shared/data)
 # package's code does (it is installed editable). Each stage says what it does and pip shows
 # what it collects (measured on a 2-core machine: README, "Two commands").
 $(STAMP): pyproject.toml
-	@echo "creating $(VENV) (3-4 minutes on a 2-core machine, in three stages; pip lists what it collects)"
+	@echo "creating $(VENV) (1-4 minutes on a 2-core machine, in three stages; pip lists what it collects)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "[1/3] pip itself"
 	$(PY) -m pip install --upgrade pip
