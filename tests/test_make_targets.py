@@ -90,3 +90,21 @@ def test_make_serve_streams_the_server_output(tmp_path):
     finally:
         proc.wait(timeout=30)
     assert seen_after < 2.0, f"the ready line came after {seen_after:.1f} s, at the exit"
+
+
+def test_a_notebook_s_log_is_printed_and_its_failure_fails_the_stamp(tmp_path):
+    """The notebook rule keeps its log whole (two notebooks render side by side) and passes
+    the runner's exit status on: a failing notebook leaves no stamp."""
+    repo = checkout(tmp_path)
+    stored(repo, "default")
+    fake = tmp_path / "fakepy"
+    for rc, stamped in ((3, False), (0, True)):
+        fake.write_text(f"#!/bin/sh\necho \"runner: $*\"\necho 'a warning' >&2\nexit {rc}\n")
+        fake.chmod(0o755)
+        done = subprocess.run(["make", f".stamps/default/{NB}.done", f"PY={fake}"], cwd=repo,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert (done.returncode == 0) is stamped, done.stderr
+        assert f"runner: -m specrepro.analysis.notebooks run --params params/default.yaml " \
+               f"--mode auto" in done.stdout and "a warning" in done.stdout, done.stdout
+        stamp = repo / ".stamps" / "default" / f"{NB}.done"
+        assert (stamp.stat().st_mtime > 2000) is stamped
