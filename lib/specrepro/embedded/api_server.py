@@ -233,9 +233,9 @@ class Server:
         least = -(-len(text) // span)
         if least >= self.max_model_len:
             raise APIError(f"This model's maximum context length is {self.max_model_len} "
-                           f"tokens. However, your {param} is {len(text):,} characters, at "
-                           f"least {least:,} tokens (a token spans at most {span} "
-                           f"characters). Please reduce the length of the {param}.",
+                           f"tokens. However, the text of your {param} has {len(text):,} "
+                           f"characters, at least {least:,} tokens (a token spans at most "
+                           f"{span} characters). Please reduce the length of the {param}.",
                            param=param)
         return self.tokenizer.encode_batch([text])[0]  # releases the interpreter
 
