@@ -8,26 +8,31 @@ STAMP := $(VENV)/.installed
 PARAMS ?= params/default.yaml
 export SPECREPRO_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: all test venv clean-venv nb html report models serve FORCE
+.PHONY: all test browser venv clean-venv nb html report models serve FORCE
 
 # The venv is rebuilt when the project's dependencies change, not when the
-# package's code does (it is installed editable).
+# package's code does (it is installed editable). Each stage says what it does and pip shows
+# what it collects (measured on a 2-core machine: README, "Two commands").
 $(STAMP): pyproject.toml
-	@echo "creating $(VENV): pip installs CPU PyTorch 2.13.0 and the project's dependencies quietly (about 3 minutes)"
+	@echo "creating $(VENV) (1-4 minutes on a 2-core machine, in three stages; pip lists what it collects)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# CPU PyTorch first, so that nothing below pulls a multi-GB CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	@echo "[1/3] pip itself"
+	$(PY) -m pip install --upgrade pip
+	@echo "[2/3] CPU PyTorch 2.13.0 first, so that nothing below pulls a multi-GB CUDA build"
+	$(PY) -m pip install torch==2.13.0
+	@echo "[3/3] the project (editable) and its dependencies: the notebook stack, polars, the test tools"
+	$(PY) -m pip install -e '.[dev]'
+	@echo "$(VENV) is ready"
 	touch $@
 
 venv: $(STAMP)
 
-# `make test` is what CI runs (.ci/run calls it and sets nothing of its own): the articles' text
-# from ../shared/seeds where it exists (the published-text tests; without it they are one skip),
-# no hub (the data come from SPECREPRO_DATA_DIR), and CI=1, under which the report-rendering
-# tests fail rather than skip when Chromium is missing (`make test CI=` skips them instead).
-# Each is a default: a variable set in the environment or on the command line wins.
+# `make test` is what CI runs (.ci/run is `make test` and sets nothing of its own): the articles'
+# text from ../shared/seeds where it exists (the published-text tests; without it they are one
+# skip), no hub (the data come from SPECREPRO_DATA_DIR), and CI=1, under which the
+# report-rendering tests fail rather than skip when Chromium is missing (`make test CI=` skips
+# them instead); `browser` gets Chromium first. Each is a default: a variable set in the
+# environment or on the command line wins.
 SEEDS_DIR := $(wildcard $(abspath ../shared/seeds))
 ifneq ($(SEEDS_DIR),)
 test: export SPECREPRO_SEEDS_DIR ?= $(SEEDS_DIR)
@@ -36,14 +41,31 @@ test: export HF_HUB_OFFLINE ?= 1
 test: export HF_DATASETS_OFFLINE ?= 1
 test: export TOKENIZERS_PARALLELISM ?= false
 test: export CI ?= 1
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest -q
+
+# Headless Chromium for the report-rendering tests (tests/test_report_render.py finds
+# `chromium` or `chromium-browser` on PATH). Present: nothing to do. Missing under CI (what
+# `make test` sets): installed from Debian's packages where this is root with apt-get (a fresh
+# machine here, and CI's), else one line says what to install and how to run without it.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ -z "$$CI" ]; then \
+	  echo "note: chromium is not installed: the report-rendering tests will skip"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing chromium (Debian's package) for the report-rendering tests: about a minute"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+	    || { echo "error: apt-get could not install chromium; install it, or run \`make test CI=\` to skip the report-rendering tests" >&2; exit 2; }; \
+	else \
+	  echo "error: the report-rendering tests need chromium: install it (as root: apt-get install chromium), or run \`make test CI=\` to skip them" >&2; exit 2; \
+	fi
 
 # --- the notebooks -------------------------------------------------------------------
 # `make all` runs every notebook on $(PARAMS) (a suite) and writes figures/, results/,
 # reports/<nb>.html and reports/index.html. A notebook re-runs only when one of its
 # inputs changed (the notebook, any params file, the package's code and data, its
-# study's stored results); it then replays stored cells and measures only missing ones.
+# study's stored results in this suite's results folder: another suite's, a smoke run's say,
+# are not its inputs); it then replays stored cells and measures only missing ones.
 # FRESH=1 measures every cell again. `make nb NB=<id>` runs one notebook regardless.
 # The findings, in order, from their one registry (lib/specrepro/findings.py reads it alike).
 NOTEBOOKS := $(shell sed -n 's/^- \([A-Za-z0-9][A-Za-z0-9_.-]*\).*/\1/p' lib/specrepro/findings.yaml)
@@ -53,6 +75,9 @@ MODE := $(if $(FRESH),run,auto)
 FIGURES ?= $(if $(filter default,$(SUITE)),figures,figures/$(SUITE))
 REPORTS ?= $(if $(filter default,$(SUITE)),reports,reports/$(SUITE))
 NB_STAMPS := .stamps/$(SUITE)
+# The suite's results folder: its results_dir, relative to the suite file (../results where
+# it names none, as params/schema.py reads it); a study's stores are <results>/<study = nb>/.
+SUITE_RESULTS := $(abspath $(dir $(PARAMS))$(or $(shell sed -n 's/^results_dir:[[:space:]]*\([^[:space:]\#]*\).*/\1/p' $(PARAMS) 2>/dev/null),../results))
 LIB_FILES := $(shell find lib/specrepro -name '*.py' -o -name '*.yaml' -o -name '*.csv')
 PARAM_FILES := $(wildcard params/*.yaml params/studies/*.yaml params/profiles/*.yaml)
 RUN_NB = $(PY) -m specrepro.analysis.notebooks run --params $(PARAMS) --mode $(MODE) \
@@ -62,8 +87,10 @@ all: $(STAMP) $(REPORTS)/index.html
 
 # Notebooks that replay render side by side, one per core; a notebook that measures takes
 # the machine to itself (analysis/notebooks.py: .stamps/machine.lock), since its engine and
-# load generator are pinned to the cores and share the engine's port.
-MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1) --output-sync=target
+# load generator are pinned to the cores and share the engine's port. Output streams (the
+# venv's install, `make serve`, `make test`); a notebook's log alone is printed whole when it
+# ends, so that two side by side do not interleave.
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 .SECONDEXPANSION:
 # The drafters in the folders vLLM and SGLang load (git-ignored): the GPU suites' profiles
 # name them, and a cell's identity holds their fingerprint, so replaying those suites' stored
@@ -85,9 +112,11 @@ $(NVFP4): $(wildcard models/embedded/*.safetensors models/embedded/*.json) \
 	@touch $@
 
 $(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) $(DRAFTERS) $(NVFP4) \
-		$$(shell find results -path '*/$$*/*' -name '*.parquet' 2>/dev/null) \
+		$$(shell find $(SUITE_RESULTS)/$$* -name '*.parquet' 2>/dev/null) \
 		$(if $(FRESH),FORCE)
-	$(RUN_NB) $*
+	@echo "$*: running ($(MODE), $(PARAMS))"
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	  $(RUN_NB) $* >"$$log" 2>&1; rc=$$?; cat "$$log"; exit $$rc
 	@mkdir -p $(@D) && touch $@
 
 $(REPORTS)/index.html: $(NOTEBOOKS:%=$(NB_STAMPS)/%.done)
@@ -102,6 +131,8 @@ nb: $(STAMP) $(DRAFTERS) $(NVFP4)
 # The embedded engine's OpenAI-compatible server on models/embedded, port 8000: SC is its
 # --speculative-config (quoted here), ARGS any other flags (`specrepro serve --help`), e.g.
 # make serve SC='{"method": "dflash", "num_speculative_tokens": 7}' ARGS='--port 8001'
+# Its log streams; once it listens it prints the base URL and the model id to send
+# (`embedded`, the profiles' name; `models/embedded` is answered too).
 serve: $(STAMP)
 	$(PY) -m specrepro.cli serve $(if $(SC),--speculative-config '$(SC)') $(ARGS)
 

@@ -9,7 +9,8 @@
 - `start_embedded_server(*flags)` (function scope): the same with other flags; stopped at the
   end of the test.
 - `inprocess_server(**engine_config)` (function scope): the aiohttp app and the engine in this
-  process (a server thread), so a test can reach into the engine: free slots, fault injection.
+  process (a server thread), so a test can reach into the engine: free slots, fault injection;
+  `server_kw` goes to `Server` (model_name, model_path, api_key; the names default to "tiny").
 - `one_torch_thread`: torch on one CPU thread for the test (engine tests: microsecond kernels,
   threads only contend on a shared box); modules opt in with `pytestmark`.
 - `random_prompts(n, seed)` (a function; `from conftest import random_prompts`): token-id
@@ -242,11 +243,12 @@ class InProcessServer(ThreadedApp):
 
     RUNNER_KW: ClassVar[dict] = {"handler_cancellation": True}
 
-    def __init__(self, engine, **server_kw):
+    def __init__(self, engine, model_name: str = "tiny", model_path: str = "tiny", **server_kw):
         from specrepro.embedded.api_server import Server
 
         self.engine = engine
-        self.server = Server(engine, "tiny", "tiny", engine.config.max_model_len, **server_kw)
+        self.server = Server(engine, model_name, model_path, engine.config.max_model_len,
+                             **server_kw)
         super().__init__()
 
     async def make_app(self):
@@ -257,13 +259,14 @@ class InProcessServer(ThreadedApp):
 def inprocess_server(tiny_checkpoint):
     made = []
 
-    def make(spec_tokens: int | None = None, **config) -> InProcessServer:
+    def make(spec_tokens: int | None = None, server_kw: dict | None = None,
+             **config) -> InProcessServer:
         from specrepro.embedded.config import EngineConfig
         from specrepro.embedded.engine import LLMEngine
 
         config = {"max_num_seqs": 4, "max_model_len": 512, **config}
         engine = LLMEngine(EngineConfig(model_dir=str(tiny_checkpoint), **config))
-        srv = InProcessServer(engine, spec_tokens=spec_tokens)
+        srv = InProcessServer(engine, spec_tokens=spec_tokens, **(server_kw or {}))
         made.append(srv)
         return srv
 

@@ -1,10 +1,11 @@
 """`make test` is what CI runs: the Makefile's test target sets the variables CI needs (the
-seeds folder where it exists, offline mode, CI=1), and .ci/run calls exactly the README's test
-command with none of its own.
+seeds folder where it exists, offline mode, CI=1) and gets headless Chromium (its `browser`
+prerequisite), and .ci/run calls exactly the README's test command with none of its own.
 
 The target is run for real in a copy of the Makefile with a stand-in Python that prints its
 environment, from a scrubbed environment, once with ../shared/seeds beside the copy and once
-without."""
+without. `browser` runs with a PATH of stand-ins (chromium, id, apt-get), so that the test
+sees what it would install and never installs anything."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def run_test_target(tmp_path: Path, seeds: bool, extra_env: dict | None = None,
     fake = repo / "fakepy"
     fake.write_text(f"#!/bin/sh\necho \"$@\" > {out}.argv\nenv > {out}\n")
     fake.chmod(0o755)
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
+    tools = stand_ins(tmp_path / "bin", chromium=True)  # `browser` finds it: nothing to get
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/root")}
     env.update(extra_env or {})
     done = subprocess.run(["make", "-s", "test", f"PY={fake}", *args], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=60, check=False)
@@ -71,6 +73,69 @@ def test_the_environment_and_command_line_win(tmp_path):
                           args=("HF_HUB_OFFLINE=0",))
     assert env["CI"] == "true" and env["SPECREPRO_SEEDS_DIR"] == "/elsewhere"
     assert env["HF_HUB_OFFLINE"] == "0" and env["HF_DATASETS_OFFLINE"] == "1"
+
+
+def stand_ins(folder: Path, *, chromium: bool, uid: int = 0, apt: bool = True) -> Path:
+    """A folder of stand-in commands: `chromium` (where asked), `id` printing `uid`, and
+    `apt-get` recording its arguments in apt-get.log beside them (where asked); beside them
+    the real tools the Makefile reads itself with."""
+    folder.mkdir(exist_ok=True)
+    for tool in ("sed", "find", "nproc"):
+        if not (folder / tool).exists():
+            (folder / tool).symlink_to(shutil.which(tool))
+    scripts = {"id": f"#!/bin/sh\necho {uid}\n"}
+    if chromium:
+        scripts["chromium"] = "#!/bin/sh\nexit 0\n"
+    if apt:
+        scripts["apt-get"] = f"#!/bin/sh\necho \"$@\" >> {folder / 'apt-get.log'}\n"
+    for name, text in scripts.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def run_browser(tmp_path: Path, ci: str, **stand_in) -> tuple[subprocess.CompletedProcess, str]:
+    """`make browser` in a copy of the Makefile, with only the stand-ins and bash's folder on
+    PATH (no real chromium, id or apt-get): the result, and what apt-get was asked."""
+    repo = tmp_path / "repo"
+    repo.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "Makefile", repo / "Makefile")
+    (repo / "lib" / "specrepro").mkdir(parents=True, exist_ok=True)
+    (repo / "lib" / "specrepro" / "findings.yaml").write_text("")  # the Makefile reads it
+    tools = stand_ins(tmp_path / "bin", **stand_in)
+    env = {"PATH": str(tools), "HOME": "/nonexistent", "CI": ci}
+    done = subprocess.run([shutil.which("make"), "-s", "browser"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    log = tools / "apt-get.log"
+    return done, log.read_text() if log.exists() else ""
+
+
+def test_browser_present_is_left_alone(tmp_path):
+    done, apt = run_browser(tmp_path, "1", chromium=True)
+    assert (done.returncode, done.stdout, done.stderr, apt) == (0, "", "", "")
+
+
+def test_browser_missing_under_ci_is_installed_as_root(tmp_path):
+    """A fresh machine here (and CI's) is root with apt-get: `make test` installs chromium
+    itself, as .ci/run used to, so the README's second command passes there."""
+    done, apt = run_browser(tmp_path, "1", chromium=False)
+    assert done.returncode == 0, done.stderr
+    assert "installing chromium" in done.stdout
+    assert apt.splitlines() == ["update -qq", "install -y -qq chromium"]
+
+
+def test_browser_missing_without_root_says_what_to_do_in_one_line(tmp_path):
+    done, apt = run_browser(tmp_path, "1", chromium=False, uid=1000)
+    assert done.returncode == 2 and apt == ""
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("make:")]
+    assert len(lines) == 1, done.stderr
+    assert "apt-get install chromium" in lines[0] and "make test CI=" in lines[0]
+
+
+def test_browser_missing_without_ci_is_a_note(tmp_path):
+    done, apt = run_browser(tmp_path, "", chromium=False)
+    assert done.returncode == 0 and apt == ""
+    assert "tests will skip" in done.stdout
 
 
 def readme_test_command() -> str:

@@ -133,3 +133,50 @@ def test_a_notebook_that_measures_takes_the_machine_alone(tmp_path, monkeypatch)
     with notebooks.machine(exclusive=False):
         shared("shared beside shared")
     assert order == ["exclusive released", "shared after exclusive", "shared beside shared"]
+
+
+def test_a_finished_notebook_s_kernel_is_shut_down_without_sigint(tmp_path):
+    """jupyter_client interrupts a kernel before shutting it down; after a successful run the
+    kernel logged `[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel` (issue 41). The
+    runner's manager sends no SIGINT to an idle kernel: a cell marks the kernel's SIGINT by
+    writing a file, keeps that handler past the cell, and the file must not appear."""
+    import asyncio
+
+    marker = tmp_path / "sigint"
+    code = ("import signal\nget_ipython().kernel.post_handler_hook = lambda: None\n"
+            f"signal.signal(signal.SIGINT, lambda *a: open({str(marker)!r}, 'w').close())")
+
+    async def run() -> None:
+        km = notebooks.IPCKernelManager(kernel_name=notebooks.KERNEL)
+        getattr(notebooks.IPCKernelManager, "hooks", dict)()  # as run_notebook: no cell runs
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            kc.execute(code)
+            reply = await kc.get_shell_msg(timeout=60)
+            assert reply["content"]["status"] == "ok", reply["content"]
+            await km.shutdown_kernel()
+        finally:
+            kc.stop_channels()
+    asyncio.run(run())
+    assert not marker.exists(), "the idle kernel got SIGINT at shutdown"
+
+
+def test_a_running_cell_is_still_interrupted_at_shutdown():
+    """Papermill stopped mid-cell (Ctrl-C, SIGTERM): the interrupt stays, so that a measuring
+    cell records itself as interrupted and stops its engine. No kernel here: the manager
+    goes on to jupyter_client's interrupt, which finds none running."""
+    import asyncio
+
+    km = notebooks.IPCKernelManager(kernel_name=notebooks.KERNEL)
+    hooks = notebooks.IPCKernelManager.hooks()
+    km.shutting_down = True
+    asyncio.run(km.interrupt_kernel())  # idle: nothing sent, nothing raised
+    hooks["on_cell_execute"](cell=None, cell_index=0)
+    try:
+        with pytest.raises(RuntimeError, match="No kernel is running"):
+            asyncio.run(km.interrupt_kernel())
+    finally:
+        hooks["on_cell_executed"](cell=None, cell_index=0, execute_reply=None)

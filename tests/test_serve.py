@@ -66,6 +66,8 @@ def test_plain_endpoints(embedded_server, model):
         assert "KV cache size: 4,096 tokens, Maximum concurrency for 512 tokens per request: " \
             "8.00x" in text
         assert f"Starting specrepro embedded server on {embedded_server}" in text
+        # the line a person reads (`make serve`): the base URL and the model id to send
+        assert f"Ready: OpenAI base URL {embedded_server}/v1, model 'embedded-tiny'" in text
         assert "vLLM server" not in text  # it names itself, not the engine it imitates
     m = scrape(embedded_server)
     info = [k for k in m if k.startswith("vllm:cache_config_info")]

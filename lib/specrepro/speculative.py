@@ -178,14 +178,49 @@ def json_object(text: str) -> dict:
     return {k.replace("-", "_"): v for k, v in value.items()}
 
 
+def port(text: str) -> int:
+    """A TCP port, 0-65535 (0: a free one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: expected 0-65535 "
+                                         "(0 picks a free one)")
+    return value
+
+
+def positive_bytes(text: str) -> int:
+    """A byte count of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes >= 1")
+    return value
+
+
+def nonempty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty")
+    return text
+
+
 # (option strings, argparse keywords). The embedded server mirrors `vllm serve`.
 SERVER_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("--model",), dict(default="models/embedded",
                         help="checkpoint directory (default: %(default)s, the shipped checkpoint,"
                              " from the repository root)")),
-    (("--served-model-name",), dict(default=None, help="model id (default: --model)")),
+    (("--served-model-name",), dict(type=nonempty, default=None,
+                                    help="model id (default: the --model folder's name, "
+                                         "`embedded`; the server answers to --model too)")),
     (("--host",), dict(default="127.0.0.1")),
-    (("--port",), dict(type=int, default=8000, help="0 picks a free port")),
+    (("--port",), dict(type=port, default=8000, help="0 picks a free port")),
+    (("--api-key",), dict(type=nonempty, default=None,
+                          help="as vLLM's: every /v1 request must send `Authorization: Bearer "
+                               "KEY` (401 otherwise); /health, /version and /metrics stay "
+                               "open")),
     (("--device",), dict(choices=("cpu", "cuda"), default="cpu")),
     (("--dtype",), dict(choices=("float32", "bfloat16"), default="float32")),
     (("--quantization",), dict(choices=("none", "nvfp4"), default="none",
@@ -196,7 +231,7 @@ SERVER_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("--batched-prefill",), dict(action="store_true",
                                   help="prefill every chunk of a step in one padded pass "
                                        "(default: one pass per request, batch-invariant)")),
-    (("--kv-cache-memory-bytes",), dict(type=int, default=None,
+    (("--kv-cache-memory-bytes",), dict(type=positive_bytes, default=None,
                                         help="KV budget in bytes; the target's and the "
                                              "drafter's caches draw from it")),
     (("--speculative-config", "-sc"), dict(type=json_object, default=None,

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import nbformat
 import papermill
@@ -258,7 +258,8 @@ def run_notebook(notebook_id: str, params_file: str | Path, *, mode: str = "auto
         try:
             papermill.execute_notebook(str(path), str(executed), parameters=parameters,
                                        kernel_name=KERNEL, cwd=str(root), progress_bar=False,
-                                       report_mode=False, kernel_manager_class=IPCKernelManager)
+                                       report_mode=False, kernel_manager_class=IPCKernelManager,
+                                       **IPCKernelManager.hooks())
         finally:
             if executed.is_file():
                 to_html(executed)
@@ -279,12 +280,41 @@ def _socket_dir() -> str:
 
 class IPCKernelManager(AsyncKernelManager):
     """The notebook's kernel (nbclient's default manager) over IPC: its sockets are files in a
-    temporary folder of this process (not the project root, papermill's cwd), removed at exit."""
+    temporary folder of this process (not the project root, papermill's cwd), removed at exit.
+
+    No SIGINT at shutdown unless a cell runs: jupyter_client 8 interrupts a kernel before
+    asking it to shut down, also one whose notebook has finished, and a kernel caught between
+    two messages logs `[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel` after a
+    successful run (issue 41). While a cell runs (papermill stopped by Ctrl-C or SIGTERM) the
+    interrupt stays: it is what records a measuring cell as interrupted and stops its engine.
+    `CELL` says whether one runs; `run_notebook`'s nbclient hooks keep it."""
+
+    CELL: ClassVar[dict[str, bool]] = {"running": False}
 
     def __init__(self, **kwargs):
         kwargs.setdefault("transport", "ipc")
         kwargs.setdefault("ip", str(Path(_socket_dir()) / "kernel"))
         super().__init__(**kwargs)
+
+    async def _async_interrupt_kernel(self) -> None:
+        if self.shutting_down and not self.CELL["running"]:
+            return  # an idle kernel: the shutdown request follows (SIGTERM, SIGKILL back it up)
+        await super()._async_interrupt_kernel()
+
+    @classmethod
+    def hooks(cls) -> dict[str, Any]:
+        """nbclient's cell hooks (papermill passes them on) that keep `CELL`."""
+        def start(**_):
+            cls.CELL["running"] = True
+
+        def done(**_):
+            cls.CELL["running"] = False
+        # on_cell_execute: a code cell about to be sent (on_cell_start fires for markdown too,
+        # which on_cell_executed never follows); a cell past its timeout never reaches `done`
+        cls.CELL["running"] = False
+        return {"on_cell_execute": start, "on_cell_executed": done}
+
+    interrupt_kernel = _async_interrupt_kernel  # as AsyncKernelManager binds its public name
 
 
 def main(argv: list[str] | None = None) -> int:

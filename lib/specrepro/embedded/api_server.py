@@ -5,19 +5,32 @@ Design:
   `/version`, `/v1/models`, `/metrics` (server_metrics.py, vLLM's names),
   `/v1/completions` and `/v1/chat/completions` (JSON or SSE), and, only where a profile
   directory is configured (as vLLM's profiler config), `/start_profile` and `/stop_profile`.
-- A generation request is parsed and checked on the event loop (protocol.py: the body, the
-  chat template, the context length), handed to the engine thread (engine_loop.py) as an
-  `EngineRequest`, and answered from the events that thread sends: one JSON body when they
-  are all in, or one SSE chunk per event (a chat stream opens with vLLM's role chunk).
+- A generation request's body is read on the event loop, then parsed, checked and tokenized
+  on a worker thread (protocol.py: the body, the chat template, the context length), so that
+  a large body never holds up `/health` or the streams in flight (a 10 MB prompt took 12 s
+  of one core to tokenize, issue 41). A prompt that cannot fit the context whatever its
+  tokens is refused before the tokenizer runs: a token spans at most
+  `Tokenizer.max_token_chars` characters, so a prompt of C characters is at least
+  C / max_token_chars tokens. The tokenizer then runs with the interpreter released
+  (`encode_batch`). The request goes to the engine thread (engine_loop.py) as an
+  `EngineRequest` and is answered from the events that thread sends: one JSON body when
+  they are all in, or one SSE chunk per event (a chat stream opens with vLLM's role chunk).
+- The model: answered to under the served name and under the model path as given (the
+  profiles send `embedded`, a user of `--model models/embedded` may send either).
+- `--api-key` (as vLLM's): every `/v1` route wants `Authorization: Bearer <key>`, compared
+  in constant time, and answers 401 `{"error": "Unauthorized"}` otherwise; `/health`,
+  `/version`, `/metrics` and the profiler's routes stay open, as in vLLM.
 - Errors: a bad request answers 400 naming its parameter; a full waiting queue
   (`--max-waiting`) 503 ServiceUnavailableError; a fault in one request 500, or an SSE error
   event once streaming. A client that disconnects (or is cancelled by aiohttp) has its
-  request aborted, which frees its slot.
+  request aborted, which frees its slot, and is logged as one line (a write to its closed
+  connection is that disconnect, not a fault).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import time
@@ -58,8 +71,11 @@ class Server:
 
     def __init__(self, engine, model_name: str, model_path: str, max_model_len: int,
                  spec_tokens: int | None, default_chat_template_kwargs: dict | None = None,
-                 profile_dir: str | None = None):
+                 profile_dir: str | None = None, api_key: str | None = None):
         self.engine, self.model_name, self.model_path = engine, model_name, model_path
+        # the names a request may give: the served one first (the default), then the path
+        self.model_names = tuple(dict.fromkeys((model_name, model_path)))
+        self.api_key = api_key
         self.max_model_len, self.spec_tokens = max_model_len, spec_tokens
         self.default_chat_template_kwargs = default_chat_template_kwargs or {}
         self.tokenizer = engine.tokenizer
@@ -69,7 +85,8 @@ class Server:
         self.profile_dir = profile_dir
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024,
+                              middlewares=[self._authorize] if self.api_key else [])
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
         app.router.add_get("/v1/models", self.models)
@@ -88,6 +105,16 @@ class Server:
 
     async def _on_cleanup(self, app) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.loop_thread.stop)
+
+    @web.middleware
+    async def _authorize(self, request: web.Request, handler) -> web.StreamResponse:
+        """vLLM's check: /v1 routes want the key as a bearer token; the rest stay open."""
+        if request.method == "OPTIONS" or not request.path.startswith("/v1"):
+            return await handler(request)
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
 
     # -- plain endpoints ------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
@@ -132,10 +159,8 @@ class Server:
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         arrival = time.monotonic()
         try:
-            req = await self._parse(request, kind)
-            prompt_ids = self._prompt_ids(req)
-            max_tokens = check_context_length(len(prompt_ids), req.max_tokens,
-                                              self.max_model_len)
+            raw = await request.read()
+            req, prompt_ids, max_tokens = await asyncio.to_thread(self._prepare, raw, kind)
         except APIError as err:
             return _error_response(err)
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
@@ -160,35 +185,59 @@ class Server:
         finally:
             if not state["finished"]:  # client gone or handler cancelled: free the slot
                 self.loop_thread.abort(rid)
+                log.info("request %s aborted: the client %s went away", rid,
+                         request.remote or "")
 
-    async def _parse(self, request: web.Request, kind: str) -> GenerationRequest:
+    def _prepare(self, raw: bytes, kind: str) -> tuple[GenerationRequest, list[int], int]:
+        """The body -> (request, prompt ids, max tokens), or APIError; on a worker thread."""
         try:
-            body = json.loads(await request.read())
+            body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise APIError(f"malformed JSON body: {exc}") from None
         if kind == "chat":
-            return parse_chat(body, self.model_name, self.default_chat_template_kwargs)
-        return parse_completion(body, self.model_name)
+            req = parse_chat(body, self.model_names, self.default_chat_template_kwargs)
+        else:
+            req = parse_completion(body, self.model_names)
+        prompt_ids = self._prompt_ids(req)
+        return req, prompt_ids, check_context_length(len(prompt_ids), req.max_tokens,
+                                                     self.max_model_len)
 
     def _prompt_ids(self, req: GenerationRequest) -> list[int]:
         if req.kind == "chat":
             kwargs = req.chat_template_kwargs
             try:
-                return list(self.tokenizer.apply_chat_template(
+                text = self.tokenizer.apply_chat_template(
                     req.messages, add_generation_prompt=req.add_generation_prompt,
-                    tokenize=True, **kwargs))
+                    tokenize=False, **kwargs)
             except Exception as exc:  # noqa: BLE001 - a template that rejects these messages
                 raise APIError(f"chat template failed: {exc}", param="messages") from None
+            return self._encode(text, "messages")
         if req.prompt_token_ids is not None:
+            if len(req.prompt_token_ids) >= self.max_model_len:  # before a pass over them
+                check_context_length(len(req.prompt_token_ids), req.max_tokens,
+                                     self.max_model_len)
             bad = [t for t in req.prompt_token_ids if t >= self.tokenizer.vocab_size]
             if bad:
                 raise APIError(f"prompt: token id {bad[0]} is outside the vocabulary "
                                f"(size {self.tokenizer.vocab_size})", param="prompt")
             return req.prompt_token_ids
-        ids = self.tokenizer.encode(req.prompt)
+        ids = self._encode(req.prompt, "prompt")
         if not ids:
             raise APIError("prompt: the prompt is empty", param="prompt")
         return ids
+
+    def _encode(self, text: str, param: str) -> list[int]:
+        """The text's ids; a text too long for the context whatever its tokens is refused
+        without tokenizing it (module docstring)."""
+        span = self.tokenizer.max_token_chars
+        least = -(-len(text) // span)
+        if least >= self.max_model_len:
+            raise APIError(f"This model's maximum context length is {self.max_model_len} "
+                           f"tokens. However, the text of your {param} has {len(text):,} "
+                           f"characters, at least {least:,} tokens (a token spans at most "
+                           f"{span} characters). Please reduce the length of the {param}.",
+                           param=param)
+        return self.tokenizer.encode_batch([text])[0]  # releases the interpreter
 
     def _engine_request(self, rid: str, req: GenerationRequest, prompt_ids: list[int],
                         max_tokens: int):
@@ -228,6 +277,17 @@ class Server:
             return _error_response(ev.error)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
+        try:
+            await self._send_events(request, resp, builder, events, state, ev)
+        except ConnectionResetError:
+            # aiohttp's ClientConnectionResetError: the client left between two chunks,
+            # before aiohttp cancelled this handler; _generate aborts and logs it
+            pass
+        return resp
+
+    async def _send_events(self, request: web.Request, resp: web.StreamResponse,
+                           builder: ResponseBuilder, events: asyncio.Queue, state: dict,
+                           ev: Event) -> None:
         await resp.prepare(request)
         if builder.req.kind == "chat":  # vLLM's first chat chunk: the role, no tokens
             await resp.write(_sse(builder.chunk(
@@ -247,7 +307,6 @@ class Server:
             ev = await events.get()
         await resp.write(_sse(b"[DONE]"))
         await resp.write_eof()
-        return resp
 
 
 def _admission_error(exc: Exception, rid: str) -> APIError:

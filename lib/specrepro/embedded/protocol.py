@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -129,12 +130,14 @@ def _max_tokens(body: dict, name: str, default: int | None) -> int | None:
     return value
 
 
-def _common(body: Any, kind: str, served_model: str) -> dict:
-    """Fields shared by both endpoints, as GenerationRequest keyword arguments."""
+def _common(body: Any, kind: str, served_model: str | Sequence[str]) -> dict:
+    """Fields shared by both endpoints, as GenerationRequest keyword arguments.
+    `served_model`: the names the model answers to, the default first."""
     if not isinstance(body, dict):
         raise APIError(f"request body must be a JSON object, got {type(body).__name__}")
-    model = _get(body, "model", lambda v: isinstance(v, str), "a string", served_model)
-    if model != served_model:
+    names = (served_model,) if isinstance(served_model, str) else tuple(served_model)
+    model = _get(body, "model", lambda v: isinstance(v, str), "a string", names[0])
+    if model not in names:
         # vLLM answers 404 here; issue 4 asks for 400 like every other invalid field
         raise APIError(f"The model `{model}` does not exist.", param="model")
     n = _get(body, "n", _is_int, "an integer", 1)
@@ -162,7 +165,7 @@ def _common(body: Any, kind: str, served_model: str) -> dict:
     }
 
 
-def parse_completion(body: Any, served_model: str) -> GenerationRequest:
+def parse_completion(body: Any, served_model: str | Sequence[str]) -> GenerationRequest:
     """A `/v1/completions` body -> GenerationRequest (prompt: a string or token ids)."""
     kw = _common(body, "completion", served_model)
     prompt = body.get("prompt")
@@ -215,7 +218,7 @@ def _messages(body: dict) -> list[dict]:
     return out
 
 
-def parse_chat(body: Any, served_model: str,
+def parse_chat(body: Any, served_model: str | Sequence[str],
                default_chat_template_kwargs: dict | None = None) -> GenerationRequest:
     """A `/v1/chat/completions` body -> GenerationRequest (messages, chat template kwargs)."""
     kw = _common(body, "chat", served_model)

@@ -3,18 +3,24 @@ OpenAI-compatible server started from its command line, speaking vLLM's API, met
 log lines.
 
 Design:
-- Three modules, one per concept: this one is the command line and the start-up (flags,
+- Four modules, one per concept: this one is the command line and the start-up (flags,
   logging, the engine built from the flags, the start-up lines a harness parses, the
-  listening socket, SIGINT/SIGTERM); api_server.py the HTTP routes; engine_loop.py the
-  engine thread and its output processing.
+  listening socket, SIGINT/SIGTERM); serve_checks.py what start-up refuses; api_server.py
+  the HTTP routes; engine_loop.py the engine thread and its output processing.
 - The command line mirrors `vllm serve` (docs/architecture.md); its flags are data
   (`speculative.SERVER_FLAGS`). `--port 0` binds a free port, which the start-up log line
-  names; a port already taken is one line naming its listener, exit 2, checked before the
-  model loads and again at the bind.
-- Start-up order: the port, the engine (a bad flag or checkpoint: one line, exit 2), vLLM's
-  memory and KV-cache lines, with `--compile` a warm-up so that no client's timed window
-  compiles, then the server; "Starting specrepro embedded server on http://HOST:PORT"
-  once it listens (where vLLM prints "Starting vLLM server on").
+  names. The model is served as `--served-model-name`, by default the checkpoint folder's
+  name (`embedded` for models/embedded, the name the profiles send), and answers to
+  `--model` as given too.
+- Every bad flag is one line naming it and its value, exit 2 (serve_checks.py): argparse's
+  own errors included (`OneLineParser`: its usage block would bury the line).
+- Start-up order: the flags, the address, the device and the profile folder
+  (`serve_checks.before_load`), the engine (a bad flag or checkpoint: one line), its sizes
+  (`after_load`: a KV pool that cannot hold one request), vLLM's memory and KV-cache lines,
+  with `--compile` a warm-up so that no client's timed window compiles, then the server;
+  "Starting specrepro embedded server on http://HOST:PORT" once it listens (where vLLM
+  prints "Starting vLLM server on"), and the line a person reads: the URL to give a client
+  and the model id to send.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ import errno
 import logging
 import signal
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
+from specrepro.embedded import serve_checks
 from specrepro.embedded.api_server import VERSION, Server
 from specrepro.speculative import add_server_flags, spec_config_epilog
 
@@ -35,8 +43,15 @@ from specrepro.speculative import add_server_flags, spec_config_epilog
 log = logging.getLogger("specrepro.embedded.serve")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's error as one line (its usage block for two dozen flags buries it), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="specrepro serve", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="The embedded engine's OpenAI-compatible server (/v1/completions, "
                     "/v1/chat/completions, /metrics); from the repository root it serves "
@@ -45,19 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
     return add_server_flags(p)  # the flags as data: specrepro.speculative.SERVER_FLAGS
 
 
-def setup_logging(log_file: str | None) -> None:
-    """vLLM's log format, to stderr and to --log-file."""
+def setup_logging(log_file: str | None) -> str | None:
+    """vLLM's log format, to stderr and to --log-file; a log file that cannot be opened is
+    returned as the problem (and logging goes to stderr alone)."""
     fmt = logging.Formatter("%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
                             datefmt="%m-%d %H:%M:%S")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    problem = None
     if log_file:
-        handlers.append(logging.FileHandler(log_file))
+        try:
+            handlers.append(logging.FileHandler(log_file))
+        except OSError as exc:
+            problem = f"--log-file {log_file}: cannot open it: {exc.strerror or exc}"
     root = logging.getLogger()
     for h in handlers:
         h.setFormatter(fmt)
         root.addHandler(h)
     root.setLevel(logging.INFO)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    return problem
 
 
 def build_engine(args):
@@ -85,6 +106,12 @@ def engine_threads(args) -> int | None:
     return 1 if args.device == "cpu" else None
 
 
+def served_model_name(args) -> str:
+    """--served-model-name, else the checkpoint folder's name: `embedded` for the default
+    models/embedded, the name every embedded profile sends (the path is answered too)."""
+    return args.served_model_name or Path(args.model).name or args.model
+
+
 def log_engine(engine, args) -> None:
     """The start-up lines vLLM prints, so a harness parses both alike."""
     log.info("Model memory: %.4f GiB (weights and KV caches)", engine.memory_bytes() / 2**30)
@@ -105,6 +132,9 @@ async def serve(server: Server, host: str, port: int, stop: asyncio.Event) -> No
     bound = runner.addresses[0][1] if port == 0 else port  # the socket site.start() bound
     # it names itself (vLLM prints "Starting vLLM server on ..." at this point)
     log.info("Starting specrepro embedded server on http://%s:%d", host, bound)
+    log.info("Ready: OpenAI base URL http://%s:%d/v1, model %r%s; Ctrl-C stops it",
+             host, bound, server.model_name,
+             f" (or {server.model_path!r})" if server.model_path != server.model_name else "")
     try:
         await stop.wait()
     finally:
@@ -112,56 +142,20 @@ async def serve(server: Server, host: str, port: int, stop: asyncio.Event) -> No
         await runner.cleanup()
 
 
-def port_taken(host: str, port: int) -> str | None:
-    """Why host:port cannot be listened on, in one line naming the listener where this user
-    can see it; None where it can (port 0: any free one). Checked before the model loads, so
-    a busy port costs no start; the bind itself is checked too (a listener may come between)."""
-    if port == 0:
-        return None
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server does
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            return _busy(host, port, exc)
-    return None
-
-
-def _busy(host: str, port: int, exc: OSError) -> str:
-    """One line: the bind's error and who listens there (pid, user, command line) as far as
-    this user can see, as `specrepro run` names a taken port (harness/lifecycle.py, a layer
-    this one does not import)."""
-    why = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
-    try:
-        import psutil
-
-        pids = sorted({c.pid for c in psutil.net_connections(kind="tcp")
-                       if c.pid and c.laddr and c.laddr.port == port
-                       and c.status == psutil.CONN_LISTEN})
-        for pid in pids:
-            proc = psutil.Process(pid)
-            cmd = " ".join(proc.cmdline())
-            why += (f"; pid {pid} (user {proc.username()}) listens there: "
-                    f"`{cmd[:160] + ('...' if len(cmd) > 160 else '')}`")
-    except Exception as err:  # noqa: BLE001 - naming the listener is a courtesy, not a failure
-        log.debug("could not name the listener on port %d: %s", port, err)
-    return " ".join(f"{why}; stop it or pass another --port".split())
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup_logging(args.log_file)
-    if problem := port_taken(args.host, args.port):
+    if problem := setup_logging(args.log_file) or serve_checks.before_load(args):
         log.error("%s", problem)
         return 2
-    log.info("specrepro embedded engine %s, args: %s", VERSION, vars(args))
+    log.info("specrepro embedded engine %s, args: %s", VERSION,
+             {**vars(args), "api_key": "***" if args.api_key else None})
     try:
         engine = build_engine(args)
     except (ValueError, FileNotFoundError) as exc:  # a bad flag or checkpoint: say which
         log.error("cannot start the engine: %s", exc)
+        return 2
+    if problem := serve_checks.after_load(engine, args):
+        log.error("%s", problem)
         return 2
     log_engine(engine, args)
     if args.compile:  # compile before ready, never inside a client's timed window
@@ -170,13 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     spec = args.speculative_config or {}
     spec_tokens = (int(spec.get("num_speculative_tokens") or 0)
                    if args.per_request_spec_decode_metrics != "none" else None)
-    if args.profile_dir:
-        import os
-
-        os.makedirs(args.profile_dir, exist_ok=True)
-    server = Server(engine, args.served_model_name or args.model, args.model,
-                    args.max_model_len, spec_tokens, args.default_chat_template_kwargs,
-                    args.profile_dir)
+    server = Server(engine, served_model_name(args), args.model, args.max_model_len,
+                    spec_tokens, args.default_chat_template_kwargs, args.profile_dir,
+                    args.api_key)
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -190,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # the port taken after the check above: one line, not a traceback
         if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise
-        log.error("%s", _busy(args.host, args.port, exc))
+        log.error("%s", serve_checks.busy(args.host, args.port, exc))
         return 2
     return 0
 

@@ -17,6 +17,7 @@ Design:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -71,6 +72,16 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self.tok.get_vocab_size()
+
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The most characters of a text one token can stand for: the longest vocabulary
+        string. A byte-level token of n bytes covers at most n characters (each character is
+        1-4 bytes, each written as one alphabet character in the vocabulary), and a special
+        token its own literal text; so a text of C characters is at least
+        C / max_token_chars tokens (the server refuses a prompt too long for the context
+        from this, without tokenizing it)."""
+        return max(len(s) for s in self.tok.get_vocab(with_added_tokens=True))
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
