@@ -5,9 +5,9 @@
 
 Each phase of the plan starts its servers side by side (the profiles in params/profiles/,
 with the plan's port, KV bytes and a compile cache of its own), then measures its cells one
-at a time. A speed cell keeps `concurrency` streams busy for a window and reads the window's
-steady part (from `skip_s` after the load starts to the window's end) off the engine's own
-counters (steps, scheduled tokens, generated tokens, drafts and accepted drafts) and NVML
+at a time. A speed cell keeps `concurrency` streams busy and reads a steady window (the
+harness's, harness/steady.py: from `skip_s` after the load starts, once every stream has a
+token, for `window_s`) off the engine's own counters (steps, scheduled tokens, generated tokens, drafts and accepted drafts) and NVML
 (board power, GPU utilization, every 0.2 s); an acceptance cell sends each prompt once,
 greedy, to its natural end. Each cell is one JSON line in DIR/cells.jsonl (appended), each
 engine's log in DIR/logs/, and a table is printed. `--gemm` times x[T, K] @ W[K, N] in bf16
@@ -95,6 +95,7 @@ def delta(a: dict, b: dict, name: str) -> float | None:
 def speed_cell(handle, prompts, c: int, plan: dict, nvml: Nvml) -> dict:
     """One window at c streams; figures over its steady part."""
     from specrepro.harness.loadgen import LoadConfig, LoadGenerator
+    from specrepro.params.window import Window
 
     sp = plan["speed"]
     lo, hi = sp["cap_spread"]
@@ -102,19 +103,20 @@ def speed_cell(handle, prompts, c: int, plan: dict, nvml: Nvml) -> dict:
               for i, p in enumerate(prompts)]
     marks: list[tuple[float, str, float]] = []
 
-    def scrape():
+    def scrape():  # after warm-up, as the window opens and closes, after the drain
         now = time.monotonic()
         marks.append((now, handle.metrics_text() or "", nvml.energy_j()))
-        if len(marks) == 1:  # the load's start: the steady part begins skip_s later
-            threading.Timer(sp["skip_s"], lambda: marks.insert(
-                1, (time.monotonic(), handle.metrics_text() or "", nvml.energy_j()))).start()
         return now
 
+    # the harness's steady window, fixed to the plan's span: it opens skip_s after the load
+    # starts (and once every stream has a token) and closes window_s later, whatever the
+    # turnovers (max_window_s = window_s); the caps are the plan's own spread, above
+    window = Window(skip_s=sp["skip_s"], window_s=sp["window_s"], max_window_s=sp["window_s"],
+                    turnovers=1, cap_spread=0.0)
     cfg = LoadConfig(url=handle.url, model=handle.profile.model.served_name, concurrency=c,
-                     mode="window", window_s=sp["skip_s"] + sp["window_s"], ignore_eos=True,
-                     features=handle.served_by.request_features)
+                     steady=window, ignore_eos=True, features=handle.served_by.request_features)
     res = LoadGenerator(cfg).run(spread, scrape)
-    (t0, m0, e0), (t1, m1, e1) = marks[1], marks[2]  # steady start, window end
+    (t0, m0, e0), (t1, m1, e1) = marks[1], marks[2]  # the window's opening and closing
     a, b = scalars(m0), scalars(m1)
     span = t1 - t0
     steps = delta(a, b, "vllm:iteration_tokens_total_count")

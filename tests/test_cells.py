@@ -28,7 +28,8 @@ import pytest
 from specrepro.harness import engines
 from specrepro.harness.cells import acceptance, counters_delta, latency_fields
 from specrepro.harness.engines.sglang import NOT_COUNTED, sglang_counts
-from specrepro.harness.loadgen import LoadResult, RequestRecord, StreamTimer
+from specrepro.harness.loadgen import StreamTimer
+from specrepro.harness.records import LoadResult, RequestRecord
 from specrepro.store import CELL_REQUIRED, CELL_SCHEMA, frame, load_attempts, normalize
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engines"

@@ -17,7 +17,8 @@ from specrepro.harness import engine_latency, engines, promtext
 from specrepro.harness.cells import acceptance, counters_delta
 from specrepro.harness.engines.base import EngineAdapter
 from specrepro.harness.flags import model_flags
-from specrepro.harness.loadgen import LoadConfig, LoadResult, RequestFeatures, request_body
+from specrepro.harness.loadgen import LoadConfig, RequestFeatures, request_body
+from specrepro.harness.records import LoadResult
 from specrepro.params import Profile
 from specrepro.params.engine_kinds import ATTACHABLE_NAMES, KINDS
 from specrepro.workloads import Prompt

@@ -10,12 +10,12 @@ import pytest
 from specrepro.harness import engines, process, promtext
 from specrepro.harness.loadgen import (
     LoadConfig,
-    RequestRecord,
     StreamTimer,
     request_body,
     request_seed,
     run_load,
 )
+from specrepro.harness.records import RequestRecord
 from specrepro.metrics import token_gaps_s
 from specrepro.workloads import Prompt
 

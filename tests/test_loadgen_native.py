@@ -31,10 +31,10 @@ from specrepro.harness.loadgen import (
     LoadConfig,
     LoadGenerator,
     NativeStreamTimer,
-    RequestRecord,
     request_body,
     run_load,
 )
+from specrepro.harness.records import RequestRecord
 from specrepro.params import ParamsError
 from specrepro.workloads import Prompt
 

@@ -10,7 +10,8 @@ import pytest
 
 from fake_engine import FakeEngine
 from specrepro.harness import engines, process, promtext, steady
-from specrepro.harness.loadgen import LoadConfig, LoadGenerator, LoadResult, RequestRecord
+from specrepro.harness.loadgen import LoadConfig, LoadGenerator
+from specrepro.harness.records import LoadResult, RequestRecord
 from specrepro.params.window import Window
 from specrepro.workloads import Prompt
 
@@ -34,7 +35,7 @@ def engine(request):
 def run_window(eng: FakeEngine, c: int, **window) -> LoadResult:
     w = Window(**{"skip_s": 0.0, "window_s": 0.3, "turnovers": 2, "max_window_s": 4.0,
                   **window})
-    cfg = LoadConfig(url=eng.url, model="fake", concurrency=c, mode="window", steady=w,
+    cfg = LoadConfig(url=eng.url, model="fake", concurrency=c, steady=w,
                      features=engines.engine("vllm").request_features)
     return LoadGenerator(cfg).run(PROMPTS, lambda: process.http_get(f"{eng.url}/metrics")[1]
                                   .decode())
@@ -179,3 +180,48 @@ def test_too_few_turnovers_at_max_window_say_so():
     row, warnings = fields(stream_records(0, FULL) + stream_records(1, short))
     assert row["window_turnovers_min"] == 2 and row["window_all_busy"] is True
     assert any("fewer than the 3 turnovers" in w for w in warnings)
+
+
+# ------------------------------------------------------- the rules the generator's loop asks
+
+
+def test_the_window_opens_after_skip_once_every_stream_has_a_token():
+    w = Window(skip_s=0.5, window_s=1.0, max_window_s=2.0)
+    one = stream_records(0, FULL[:1])
+    assert not steady.may_open(one, {}, 2, 0.4, w)  # skip_s not over
+    assert not steady.may_open(one, {}, 2, 0.6, w)  # stream 1 has no token yet
+    live = {1: stream_records(1, [(0.0, 0.3)])[0]}  # its first request, in flight
+    assert steady.may_open(one, live, 2, 0.6, w)
+    assert steady.give_up_at(10.0, w) == pytest.approx(12.5)
+
+
+def test_the_window_closes_on_a_tick_once_every_stream_turned_over_or_at_its_longest():
+    w = Window(skip_s=0.0, window_s=1.0, turnovers=2, max_window_s=2.0)
+    ticks = list(steady.closing_ticks(0.5, w))
+    assert ticks == pytest.approx([1.5 + steady.GRID_S * i for i in range(4)] + [2.5])
+    assert steady.closing_ticks(0.0, Window(window_s=3.0, max_window_s=3.0)).__next__() == 3.0
+    records = stream_records(0, FULL) + stream_records(1, [(0.0, 2.0), (2.0, 3.0)])
+    # stream 1 completes its second request inside the window (opened at 0.5) at 3.0 s
+    assert not steady.may_close(records[:5], 0.5, 2, 1.5, w)
+    assert steady.may_close(records, 0.5, 2, 2.0, w)
+    assert steady.may_close(records[:4], 0.5, 2, 2.5, w)  # max_window_s: closes anyway
+
+
+def test_the_steady_window_is_arithmetic_on_real_types_and_drives_no_load():
+    """steady.py reads what the client recorded and answers the generator's questions; the
+    asyncio loop is the generator's. No name of it stands in for another module's type
+    (`X = Any`), every annotation of its functions resolves to a type, and it defines no
+    coroutine (nothing here drives workers or calls back into the generator)."""
+    import inspect
+    import typing
+
+    def parts(tp) -> list:
+        return [tp, *(p for a in typing.get_args(tp) for p in parts(a))]
+
+    assert not [n for n, v in vars(steady).items() if v is typing.Any]
+    for name, fn in inspect.getmembers(steady, inspect.isfunction):
+        if fn.__module__ != steady.__name__:
+            continue
+        assert not inspect.iscoroutinefunction(fn), f"steady.{name} is a coroutine"
+        hints = typing.get_type_hints(fn)
+        assert all(typing.Any not in parts(tp) for tp in hints.values()), (name, hints)

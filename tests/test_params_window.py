@@ -132,3 +132,43 @@ def test_the_shipped_suites_window_what_they_should():
         suite = load_suite(root / f"{name}.yaml")
         for nb in suite.notebooks:
             assert resolve_study(suite, nb).window is None, (name, nb)
+
+
+@pytest.mark.parametrize("where, keys", [
+    ("study", "mode: window\nwindow_s: 40.0\n"),
+    ("suite", "    overrides: {mode: window, window_s: 40.0}\n"),
+])
+def test_the_retired_fixed_window_fails_naming_the_file_the_key_and_the_window_block(
+        tmp_path, where, keys):
+    """`mode: window` with `window_s` timed every cell over a fixed span from the load's
+    start; it is retired for the steady window, and a file that still says it fails with
+    where and what to write instead, in a study file or a suite's overrides alike."""
+    with pytest.raises(ParamsError) as info:
+        if where == "study":
+            study(tmp_path, study_text=STUDY + keys)
+        else:
+            study(tmp_path, keys)
+    msg = str(info.value)
+    file, at = (("studies/03.yaml", "") if where == "study"
+                else ("suite.yaml", "notebooks.03_target_precision.overrides."))
+    for key in ("mode", "window_s"):
+        assert f"{file}: {at}{key}: key {key!r} is retired" in msg
+    assert "`window:` block" in msg and "delete `mode` and `window_s`" in msg
+    with pytest.raises(ParamsError, match="key 'mode' is retired"):  # requests too: no key
+        study(tmp_path / "requests", study_text=STUDY + "mode: requests\n")
+
+
+def test_a_cells_id_is_the_one_it_had_before_the_fixed_window_was_retired(tmp_path):
+    """The ids of a study's cells, windowed or not, computed before the fixed window was
+    retired (the commit before it, on this very study): the retired settings stay in every
+    identity at the values every stored cell hashed (identity.RETIRED_MEASUREMENT)."""
+    write(tmp_path / "profiles/p.yaml", PROFILE.replace("models/embedded", "org/target"))
+    write(tmp_path / "profiles/q.yaml", PEER.replace("models/embedded", "org/target"))
+    write(tmp_path / "studies/03.yaml", STUDY)
+    write(tmp_path / "suite.yaml", SUITE)
+    st = resolve_study(load_suite(tmp_path / "suite.yaml"), "03_target_precision")
+    ids = {c.concurrency: identity.cell_id(st, c, "v") for c in st.cells()
+           if (c.arm.name, c.workload.name, c.repeat) == ("a", "essays", 0)}
+    assert ids == {1: "2cac1da6d73e5371", 2: "d097adb997d7aec0", 8: "474e9cdc1c1dbeb8"}
+    assert identity.measurement(st)["mode"] == "requests"
+    assert identity.measurement(st)["window_s"] is None

@@ -142,13 +142,15 @@ def test_small_sweep_fills_every_column_and_agrees_with_the_counters(
     assert session["engines"][0]["placement"] == session["placement"]
 
 
-def test_window_mode_with_warmup(embedded_server, params_dir, tmp_path):
+def test_steady_window_with_warmup(embedded_server, params_dir, tmp_path):
     attach_profile(params_dir, "served", embedded_server, served_model(embedded_server))
-    path = study(params_dir, [{"name": "base", "profile": "served"}], mode="window",
-                 window_s=1.5, warmup=2, concurrency=[2], ignore_eos=True)
+    path = study(params_dir, [{"name": "base", "profile": "served"}],
+                 window={"skip_s": 0.0, "window_s": 1.5, "max_window_s": 1.5,
+                         "turnovers": 1}, warmup=2, concurrency=[2], ignore_eos=True)
     summary, store = run(path, tmp_path)
     (c,) = store.load_cells().iter_rows(named=True)
     assert summary.ok == 1 and c["wall_s"] == pytest.approx(1.5, abs=0.3)
+    assert c["timing"] == "window" and c["window_requests"] is not None
     assert c["counters_consistent"]  # warm-up excluded, in-flight requests drained
     assert c["n_requests"] >= 2 and c["output_tokens"] > 0 and c["ignore_eos"]
     assert IGNORE_EOS_WARNING in c["warnings"]
@@ -622,7 +624,7 @@ def test_transformers_peer_arm(tiny_checkpoint, params_dir, tmp_path):
 
 def test_sglang_acceptance_from_per_response_fields():
     from specrepro.harness.cells import acceptance
-    from specrepro.harness.loadgen import RequestRecord
+    from specrepro.harness.records import RequestRecord
 
     def rec(verify, correct, hist):
         r = RequestRecord(0, "p", 0)

@@ -27,7 +27,7 @@ LOOP = ("the press of the presses of the presses of the presses of the presses o
 
 
 def record(idx: int, finish: str | None, error: str | None = None):
-    from specrepro.harness.loadgen import RequestRecord
+    from specrepro.harness.records import RequestRecord
 
     r = RequestRecord(idx, f"p{idx}", 0)
     r.finish_reason, r.error = finish, error
@@ -39,7 +39,7 @@ def record(idx: int, finish: str | None, error: str | None = None):
 def test_the_cell_row_counts_the_requests_cut_at_max_tokens():
     from specrepro.harness import engines, power
     from specrepro.harness.cells import cell_row
-    from specrepro.harness.loadgen import LoadResult
+    from specrepro.harness.records import LoadResult
 
     records = [record(0, "length"), record(1, "stop"), record(2, "length"),
                record(3, "length"), record(4, None, error="HTTP 500")]  # failed: left out

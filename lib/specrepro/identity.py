@@ -42,7 +42,12 @@ from typing import Any
 # Profile fields that do not change what is measured (prose, timeouts).
 PROFILE_PROSE = {"description", "article_arm", "ready_timeout_s"}
 # Study fields that change what a cell measures.
-MEASUREMENT_FIELDS = {"mode", "window_s", "warmup", "ignore_eos", "thinking", "reasoning_effort"}
+MEASUREMENT_FIELDS = {"warmup", "ignore_eos", "thinking", "reasoning_effort"}
+# The retired fixed window's two settings at the only values they now have: every cell is
+# timed by the steady window (its timing enters below) or sends every prompt once, and every
+# stored cell hashed these two as "requests" and null (no committed store ran the fixed
+# window), so they stay in each identity as constants and no stored cell's id changes.
+RETIRED_MEASUREMENT = {"mode": "requests", "window_s": None}
 
 
 # ------------------------------------------------------------------------------- hashing
@@ -102,7 +107,7 @@ def measurement(study: Any, cell: Any = None) -> dict:
     """Study-level settings that change what a cell measures; for a cell timed in the
     study's steady window (params/window.py), the window's timing too. Only there: a key
     added to every cell's identity would orphan every stored cell."""
-    out = study.model_dump(mode="json", include=MEASUREMENT_FIELDS)
+    out = {**RETIRED_MEASUREMENT, **study.model_dump(mode="json", include=MEASUREMENT_FIELDS)}
     if cell is not None and getattr(study, "window", None) is not None and study.windowed(cell):
         out["window"] = study.window.timing()
     return out

@@ -36,6 +36,7 @@ import polars as pl
 from specrepro import identity, provenance
 from specrepro.analysis.cell_key import CELL_KEY, LEVEL, READING, at, declared_key, key_of
 from specrepro.analysis.text_quality import with_length_share
+from specrepro.analysis.window_health import with_health
 from specrepro.params import ResolvedStudy, Suite
 from specrepro.store import CELL_SCHEMA, ResultStore, empty, load_cells, load_requests
 
@@ -79,7 +80,9 @@ class Finding:
     study: ResolvedStudy
     suite: Suite
     store_root: Path  # <results_dir>/<study>/<run_id>
-    cells: pl.DataFrame  # one ok row per declared cell (CELL_SCHEMA columns + label)
+    # one ok row per declared cell: CELL_SCHEMA columns, label, and each cell's marks
+    # (analysis/window_health.py: `health`, `own_warnings`)
+    cells: pl.DataFrame
     requests: pl.DataFrame  # the requests of those attempts
     measured: bool  # this call measured (False: replayed)
     manifest: dict
@@ -165,6 +168,7 @@ def from_store(notebook_id: str, study: ResolvedStudy, suite: Suite, store_root:
     reqs = load_requests(store_root, cells)
     # stores written before cells kept it: requests cut at the cap, from their finish_reason
     cells = with_length_share(cells, reqs)
+    cells = with_health(cells, study)  # each cell's window and warning marks, judged once
     manifest = ResultStore(store_root.parent.parent, study.name,
                                    store_root.name).manifest()
     twin_of = {a.name: a.noise_of for a in study.arms if a.noise_of is not None}

@@ -20,7 +20,8 @@ Design:
   `runs`; a change: each run against the baseline's mean), and `overlay_tables` shows it
   split per metric, in words, with the article arm's label (published/arms.csv); an
   acceptance table has the level's repeated 4-grams and requests cut at max_tokens beside
-  the measured figure, which carries the loop mark where its cells loop (tables.flagged).
+  the measured figure, which carries the loop mark where its cells loop; every measured
+  figure carries its cells' window and warning marks (tables.flagged, window_health.py).
 - Where the article prints two different values for one thing, the one named by the
   notebook's `prefer` (else a table before a sentence) is compared, and the other stays in
   `also_published` with its source, so the reader sees which was chosen; a change names the
@@ -381,20 +382,21 @@ def overlay_tables(cells: pl.DataFrame, claims: Claims,
         if fam == "acceptance_rate_pos":
             part = part.with_columns(pl.col("metric").str.extract(r"(\d+)$").cast(pl.Int64)
                                      .alias("position"))
-        text = _text_columns(cells) if fam in text_quality.ACCEPTANCE_METRICS else None
-        out.append(_overlay_table(part, fam, arm_label, text))
+        out.append(_overlay_table(part, fam, arm_label, _cells_at(cells),
+                                  fam in text_quality.ACCEPTANCE_METRICS))
     return out
 
 
-def _text_columns(cells: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
-    """Each measured level's cells (label, workload, concurrency, temperature), whose text
-    columns and loop mark an acceptance row shows."""
+def _cells_at(cells: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
+    """Each measured level's cells (label, workload, concurrency, temperature), whose marks
+    a row shows (tables.flagged) and, for an acceptance row, whose text columns."""
     return {tuple(k): part for k, part in
             tables.text_columns(cells).group_by(["label", *LEVEL], maintain_order=True)}
 
 
 def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict,
-                   text: dict[tuple, pl.DataFrame] | None = None) -> Table:
+                   cells_at: dict[tuple, pl.DataFrame] | None = None,
+                   accept: bool = False) -> Table:
     shown, fixed = tables.varying_levels(part)
     pt = part["published_temperature"].unique().to_list()
     cross_t = part.filter(pl.col("published_temperature").is_not_null()
@@ -427,10 +429,11 @@ def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict,
         row["measured"] = (None if r["measured"] is None else
                            {"mean": r["measured"], "min": r["measured_min"],
                             "max": r["measured_max"]})
-        if text is not None:  # acceptance: the loop mark and the text columns beside it
-            at = text.get(key_of(r, ["label", *LEVEL]))
-            at = at if at is not None else pl.DataFrame(schema=tables.CELL_TEXT_SCHEMA)
-            row["measured"] = tables.flagged(row["measured"], at)
+        at = (cells_at or {}).get(key_of(r, ["label", *LEVEL]))
+        at = at if at is not None else pl.DataFrame(schema=tables.CELL_TEXT_SCHEMA)
+        # its cells' marks; an acceptance row the loop mark and the text columns beside it
+        row["measured"] = tables.flagged(row["measured"], at, accept)
+        if accept:
             row.update({tables.name(t): tables.spread_of(at[t].to_list(), tables.scale(t),
                                                          with_n=False) for t in tables.TEXT})
         row["runs"] = r["runs"]
@@ -447,9 +450,17 @@ def _overlay_table(part: pl.DataFrame, fam: str, arm_label: dict,
            "(min-max over the runs)")
     if cross_t.height and not t_column:
         cap += f"; the article's figures at T={pt[0]:g}"
-    if text is not None and rows:
-        cells = pl.concat([c.select(tables.TEXT) for c in text.values()]) if text else None
+    if accept and rows:
+        cells = pl.concat([c.select(tables.TEXT) for c in cells_at.values()]) if cells_at \
+            else None
         notes = [*(tables.text_notes(cells) if cells is not None else ()), *notes]
+    if rows and cells_at:  # the marks of the rows' cells, where one is marked
+        shown_at = [cells_at[k] for k in dict.fromkeys(key_of(r, ["label", *LEVEL])
+                                                       for r in part.to_dicts()
+                                                       if r["measured"] is not None)
+                    if k in cells_at]
+        notes += tables.health_notes(pl.concat(shown_at, how="diagonal_relaxed")) \
+            if shown_at else ()
     # no row measured: an empty table that still carries its caption and notes
     frame = pl.DataFrame(rows) if rows else pl.DataFrame(schema=EMPTY_TABLE)
     return Table(frame, tables.with_fixed(cap, fixed), tuple(notes))

@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 from IPython.display import HTML, Image, Markdown, display
 
-from specrepro.analysis import engine_starts, host_bound, probes, tables
+from specrepro.analysis import engine_starts, host_bound, probes, tables, window_health
 from specrepro.analysis import figures as figs
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding, devices
@@ -56,7 +56,7 @@ def _spread_cell(value: dict) -> str:
     if n is not None:
         extra.append(f"n={n}")
     text = tables.fmt(value["mean"]) + (f" ({', '.join(extra)})" if extra else "")
-    if value.get("flag"):  # tables.flagged: acceptance on loops is marked, never passed off
+    if value.get("flag"):  # tables.flagged: loops, a window not steady: marked, never hidden
         text += f" [{value['flag']}]"
     return f'<td style="text-align:right;white-space:nowrap">{html.escape(text)}</td>'
 
@@ -113,7 +113,8 @@ def untestable(f: Finding, claims: Claims) -> list[tuple[str, str]]:
 
 def show_header(f: Finding, claims: Claims) -> None:
     """Where the data comes from, the temperatures compared, what cannot be tested, the
-    probes' answers and how each arm's engine started."""
+    warnings every cell carries (a cell's own are marked in the tables, window_health.py),
+    the probes' answers and how each arm's engine started."""
     # the article's finding and the substrate line open the summary above (show_summary)
     lines = [f"**Data:** {f.describe()}.", ""]
     note = claims.temperature_note(f.cells["temperature"].to_list())
@@ -127,6 +128,11 @@ def show_header(f: Finding, claims: Claims) -> None:
         lines.append("**Not testable on this substrate** (docs/design.md, \"What the embedded "
                      "engine can and cannot test\"; analysis/host_bound.py):")
         lines += [f"- {claim}: {why}." for claim, why in cant]
+    every = window_health.common_warnings(f.cells)
+    if every:
+        lines += ["", ("**Warnings every cell carries** (a cell's own are marked in the "
+                       "tables, with their text under them):")]
+        lines += [f"- {w}" for w in every]
     display(Markdown("\n".join(lines)))
     if f.study.probes:
         show_table(probes.answers(f.study, f.manifest, os.path.relpath(f.suite.path)),

@@ -9,7 +9,10 @@ Design:
   (docs/embedded-model.md, lesson 4), with the words that explain them under the table;
   an acceptance figure whose cells are mostly loops carries the mark `text_quality.loop_flag`
   gives it ("loops", or "loops in k of n runs"), rendered after its number, never averaged
-  in silently (analysis/text_quality.py).
+  in silently (analysis/text_quality.py). Every measured figure likewise carries the marks
+  of its cells' windows and warnings ("window not steady in 1 of 3 runs",
+  analysis/window_health.py), and a table that shows one says under it what the mark means
+  and which cells carry it, with their warnings (`flagged`, `health_notes`).
 - Derived figures use `specrepro.metrics` (relative change, step time), never a formula
   typed again here.
 - Two kinds of function: data views (`mean_over_repeats`, `gain_over`, `crossing`,
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from specrepro import metrics
+from specrepro.analysis import window_health
 from specrepro.analysis.cell_key import CELL, LEVEL, READING
 from specrepro.analysis.text_quality import EXPLAIN, LOOP_NOTE, loop_flag
 from specrepro.data import STANDS_FOR
@@ -189,12 +193,22 @@ def spread_of(values, factor: float = 1.0, with_n: bool = True) -> dict | None:
     return out
 
 
-def flagged(spread: dict | None, cells: pl.DataFrame) -> dict | None:
-    """An acceptance figure's spread with the loop mark of the cells it averages (`flag`:
-    None where none loops; the key is always there, so a column's structs have one shape)."""
+def flagged(spread: dict | None, cells: pl.DataFrame, loops: bool = True) -> dict | None:
+    """A figure's spread with the marks of the cells it averages (`flag`: None where none
+    is marked; the key is always there, so a column's structs have one shape): the loop
+    mark where the figure is an acceptance one (`loops`), and on any figure the marks of
+    its cells' windows and warnings (window_health.flag)."""
     if spread is None:
         return None
-    return {**spread, "flag": loop_flag(cells["repeated_4gram_share"].to_list())}
+    marks = (loop_flag(cells["repeated_4gram_share"].to_list()) if loops else None,
+             window_health.flag(cells))
+    return {**spread, "flag": "; ".join(m for m in marks if m) or None}
+
+
+def health_notes(cells: pl.DataFrame) -> tuple[str, ...]:
+    """The words under a table whose figures average `cells`, where one is marked: what
+    each window or warning mark means and which cells carry it (window_health.notes)."""
+    return window_health.notes(cells)
 
 
 TEXT = ("repeated_4gram_share", "length_share")  # what every acceptance figure has beside it
@@ -290,9 +304,7 @@ def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | Non
         row = _level_cells(level, shown)
         for label in labels:
             mine = at.filter(pl.col("label") == label)
-            row[label] = spread_of(mine[value].to_list(), scale(value))
-            if accept:
-                row[label] = flagged(row[label], mine)
+            row[label] = flagged(spread_of(mine[value].to_list(), scale(value)), mine, accept)
         rows.append(row)
     # an arm without the figure at any level (no speculation has no tokens per step) is
     # left out rather than shown as a column of n/a
@@ -300,14 +312,14 @@ def by_streams(cells: pl.DataFrame, value: str = "agg_tok_s", caption: str | Non
     rows = [{k: v for k, v in r.items() if k in labels or k in LEVEL_COLUMNS.values()}
             for r in rows]
     cap = caption or f"{name(value)} per arm; {SPREAD_NOTE}"
-    notes = ()
+    notes = health_notes(cells)
     if accept:  # repetition is easy to draft: say how much there was, at every level
         at_level = [at for _, at in _groups(cells.sort(READING), READING)]
         for row, at in zip(rows, at_level, strict=True):
             row.update({f"{name(t)}, all arms": spread_of(at[t].to_list(), scale(t),
                                                           with_n=False) for t in TEXT})
         cap += "; the text columns: every arm's cells at the level"
-        notes = text_notes(cells)
+        notes = text_notes(cells) + notes
     return Table(pl.DataFrame(rows), with_fixed(cap, fixed), notes)
 
 
@@ -325,12 +337,13 @@ def change_by_streams(cells: pl.DataFrame, baseline: str, value: str = "agg_tok_
         b = base.mean() if base.len() else None
         row = _level_cells(level, shown)
         for label in labels:
-            runs = at.filter(pl.col("label") == label)[value].to_list()
-            row[label] = spread_of([metrics.relative_change_pct(v, b) for v in runs])
+            mine = at.filter(pl.col("label") == label)
+            row[label] = flagged(spread_of([metrics.relative_change_pct(v, b)
+                                            for v in mine[value].to_list()]), mine, False)
         rows.append(row)
     cap = (f"Change of {name(value, '')} against {base_label} at the same level (%); cells: "
            f"the change of the means (min-max: each run against {base_label}'s mean, n runs)")
-    return Table(pl.DataFrame(rows), with_fixed(cap, fixed))
+    return Table(pl.DataFrame(rows), with_fixed(cap, fixed), health_notes(cells))
 
 
 def per_arm(cells: pl.DataFrame, values: list[str], caption: str = "") -> Table:
@@ -344,14 +357,15 @@ def per_arm(cells: pl.DataFrame, values: list[str], caption: str = "") -> Table:
         row = {"arm": level["label"], **_level_cells(level, shown)}
         for v in values:
             row[name(v)] = spread_of(part[v].to_list(), scale(v), with_n=False)
-            if v in ACCEPTANCE:
-                row[name(v)] = flagged(row[name(v)], part)
+            if v not in TEXT:  # a measured figure: its cells' marks (loops: acceptance)
+                row[name(v)] = flagged(row[name(v)], part, v in ACCEPTANCE)
         row["runs"] = part.height
         rows.append(row)
     cap = caption or ", ".join(name(v) for v in values)
     notes = text_notes(cells) if set(values) & set(ACCEPTANCE) else ()
     return Table(pl.DataFrame(rows), with_fixed(
-        f"{cap}; cells: mean over runs (min-max over the runs)", fixed), notes)
+        f"{cap}; cells: mean over runs (min-max over the runs)", fixed),
+        notes + health_notes(cells))
 
 
 def bill_table(cells: pl.DataFrame, with_power: bool = True) -> Table:
@@ -376,14 +390,15 @@ def spread_table(cells: pl.DataFrame, value: str = "agg_tok_s") -> Table:
         sd = vals.std() if vals.len() > 1 else None
         rows.append({
             "arm": level["label"], **_level_cells(level, shown), "runs": part.height,
-            name(value): spread_of(vals.to_list(), with_n=False),
+            name(value): flagged(spread_of(vals.to_list(), with_n=False), part, False),
             "sd": sd, "cv (sd / mean)": None if sd is None or not mean else sd / mean,
             **{name(a): flagged(spread_of(part[a].to_list(), scale(a), with_n=False), part)
                for a in ("draft_acceptance_rate", "acceptance_length")},
             **{name(t): spread_of(part[t].to_list(), scale(t), with_n=False) for t in TEXT}})
     return Table(pl.DataFrame(rows), with_fixed(
         f"Run-to-run spread of {name(value)}: mean (min-max) over the runs, standard "
-        "deviation (sd) and cv = sd / mean (n=1: none)", fixed), text_notes(cells))
+        "deviation (sd) and cv = sd / mean (n=1: none)", fixed),
+        text_notes(cells) + health_notes(cells))
 
 
 def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[str]
@@ -408,8 +423,9 @@ def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[st
             new = spread_of(arm_at[v].to_list(), scale(v))
             if ref is None and new is None:  # not measured at this level (GSM8K on essays)
                 continue
-            if v in ACCEPTANCE:
-                ref, new = flagged(ref, ref_at), flagged(new, arm_at)
+            if v not in TEXT:  # a measured figure: its cells' marks (loops: acceptance)
+                ref = flagged(ref, ref_at, v in ACCEPTANCE)
+                new = flagged(new, arm_at, v in ACCEPTANCE)
             a, b = new and new["mean"], ref and ref["mean"]
             rows.append({**_level_cells(level, shown),
                          label.get(reference, reference): ref, label.get(arm, arm): new,
@@ -417,6 +433,7 @@ def paired_tables(cells: pl.DataFrame, arm: str, reference: str, values: list[st
                          else metrics.relative_change_pct(a, b)})
         notes = ((EXPLAIN[v],) if v in TEXT else text_notes(pair)[len(TEXT):]
                  if v in ACCEPTANCE else ())  # acceptance: the loop words where one loops
+        notes += () if v in TEXT else health_notes(pair)
         out.append(Table(pl.DataFrame(rows), with_fixed(
             f"{name(v)}: {label.get(arm, arm)} against {label.get(reference, reference)}; "
             f"{SPREAD_NOTE}; {head.split(' ')[0]}: of the means", fixed), notes))

@@ -10,7 +10,9 @@ Design:
   published, is analysis/check_sides.py's; this module turns them into outcomes and words.
 - A check whose mechanism (analysis/mechanism.py) is absent or unmeasured on the substrate is
   "not testable here" with the measured reason; one whose noise is at least the article's
-  effect is "not resolvable here" (analysis/noise.py), never "does not hold".
+  effect is "not resolvable here" (analysis/noise.py), never "does not hold". A check that
+  read a cell whose window was not steady, was cut short or carries a warning of its own
+  (analysis/window_health.py) names it in its reason; its outcome stands.
 - The finding's outcome is judged over the article's checks only: any check that does not
   hold makes it "does not hold"; all tested checks holding makes it "holds"; some holding
   in direction only, "holds in direction only"; none tested, "not testable here" (or "not
@@ -30,7 +32,14 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from specrepro import metrics
-from specrepro.analysis import mechanism, noise, substitute_gates, tables, text_quality
+from specrepro.analysis import (
+    mechanism,
+    noise,
+    substitute_gates,
+    tables,
+    text_quality,
+    window_health,
+)
 from specrepro.analysis.check_sides import (
     Measured,
     NotTestable,
@@ -527,11 +536,35 @@ def _with_loops(f: Finding, rule: Rule, res: CheckResult) -> CheckResult:
     return res
 
 
+def _rested_on(f: Finding, rule: Rule, claims: Claims) -> list[tuple]:
+    """The cells a check read, as (arm, workload, level, temperature), None for any: each
+    side at the level it resolved to (`_mechanism_arms`), a gate's at its own workload."""
+    arms = _mechanism_arms(f, rule, claims)
+    if rule.kind == "gate":
+        g = _gate_row(rule)
+        return [(a, g["workload"], lv, g["temperature"]) for a, lv in arms]
+    sides = [s for s in (rule.a, rule.b) if s is not None]
+    return [(s.arm, s.workload, lv, s.temperature) for s, (_, lv) in zip(sides, arms)]
+
+
+def _with_health(f: Finding, rule: Rule, claims: Claims, res: CheckResult) -> CheckResult:
+    """window_health's marks on the cells a check read (a window not steady or cut short, a
+    warning of their own), named in its reason; the outcome stands. A check not testable
+    here read no cells to judge."""
+    if res.outcome == "not testable here":
+        return res
+    why = window_health.reason(f.cells, _rested_on(f, rule, claims))
+    if why:
+        res.reason = f"{res.reason}; {why}" if res.reason else why
+    return res
+
+
 def verdict(f: Finding, claims: Claims | None = None) -> Verdict:
-    """Every check of the notebook's claim (its inputs' loops flagged: `_with_loops`), then
-    the suite's substitute gates."""
+    """Every check of the notebook's claim (its inputs' loops flagged: `_with_loops`; their
+    window and warning marks named: `_with_health`), then the suite's substitute gates."""
     claims = claims or claims_for(f.notebook_id)
-    v = Verdict(f.notebook_id, [_with_loops(f, r, evaluate(f, r, claims))
+    v = Verdict(f.notebook_id, [_with_health(f, r, claims,
+                                             _with_loops(f, r, evaluate(f, r, claims)))
                                 for r in claims.checks])
     v.checks += _substitutes(f, claims, claims.checks, v.checks)
     return v

@@ -3,7 +3,7 @@
 Design:
 - Input: the load generator's records (one per request: timings, tokens, text, the
   engine's per-response fields), the `/metrics` scrapes it took before and after the
-  measured load (and at the end of the window in window mode), the power sampler's report
+  measured load (and as a steady window opened and closed), the power sampler's report
   and the engine's startup facts. Output: one row of the `cells` table (`cell_row`) and the
   rows of `requests` (`request_rows`). Every figure comes from `metrics.py`; nothing is
   re-derived here.
@@ -20,9 +20,8 @@ Design:
 - Timing (`timing_fields`): a cell the study's `window:` covers is read over its steady
   window (counters from the window's opening scrape to its closing one, harness/steady.py,
   which also says whether every stream was busy), and its client latencies over the
-  requests sent and answered inside the window (`steady.inside`); every other cell as its
-  study's `mode` says, over the whole load (requests) or from the load's start (legacy
-  window).
+  requests sent and answered inside the window (`steady.inside`); every other cell sends
+  every prompt once and is read over the whole load (`requests`).
 - Counter deltas that do not match the tokens the client saw (another client's traffic, a
   restart) set `counters_consistent=False` with a warning (`consistency`); `/metrics`
   missing leaves what it feeds empty, with a warning naming the URL and those
@@ -43,8 +42,8 @@ from specrepro import metrics
 from specrepro.grading import grade_gsm8k
 from specrepro.harness import engine_latency, power, promtext, steady
 from specrepro.harness.engines.base import EngineAdapter
-from specrepro.harness.loadgen import LoadResult, RequestRecord
 from specrepro.harness.process import StartupInfo
+from specrepro.harness.records import LoadResult, RequestRecord
 from specrepro.params import Cell, ResolvedStudy
 from specrepro.workloads import Prompt
 
@@ -212,10 +211,9 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
     """Every figure of the cells row, from the measured records, counters and power."""
     p, records = eng.profile, result.records
     ok = [r for r in records if r.ok]
-    steady_window = study.windowed(cell)  # else the study's mode times it
-    window = steady_window or study.mode == "window"
+    window = study.windowed(cell)  # a steady window, else every prompt once
     url = eng.handle.url if eng.handle is not None else None
-    begin = "start" if steady_window else "before"
+    begin = "start" if window else "before"
     delta = counters_delta(result, eng.adapter, "window" if window else "after", warnings, url,
                            begin)
     full = counters_delta(result, eng.adapter, "after", warnings, url) if window else delta
@@ -251,7 +249,7 @@ def cell_row(study: ResolvedStudy, cell: Cell, eng: ArmEngine, result: LoadResul
         "n_requests": len(records), "n_errors": len(records) - len(ok),
         "prompt_tokens": sum(r.prompt_tokens or 0 for r in ok), "output_tokens": output_tokens,
         "wall_s": result.wall_s, "agg_tok_s": agg, "per_stream_tok_s": per_stream,
-        **latency_fields(steady.inside(records, result.span) if steady_window and result.span
+        **latency_fields(steady.inside(records, result.span) if window and result.span
                          else records), **acc,
         **engine_latency.fields(getattr(result, begin),
                                 getattr(result, "window" if window else "after"),
@@ -275,7 +273,7 @@ def timing_fields(study: ResolvedStudy, cell: Cell, adapter: EngineAdapter, resu
     """How the cell was timed (`timing`: window or requests) and, for a steady window, what
     it saw (harness/steady.py); a cell that ended before its window closed has none."""
     if not study.windowed(cell):
-        return {"timing": study.mode, **steady.NOT_WINDOWED}
+        return {"timing": "requests", **steady.NOT_WINDOWED}
     if result.start_at is None or result.end_at is None:
         return {"timing": "window", **steady.NOT_WINDOWED}
     names = adapter.metrics

@@ -87,8 +87,8 @@ def table_text(key: str, table: ByStreams, unit: str) -> str:
 
 
 def timing_of(study: ResolvedStudy, cell: Cell) -> str:
-    """How the runner times the cell: its study's steady window, else the study's mode."""
-    return "window" if study.windowed(cell) else study.mode
+    """How the runner times the cell: its study's steady window, else every prompt once."""
+    return "window" if study.windowed(cell) else "requests"
 
 
 def schedule_of(profile: Profile) -> str | None:
@@ -284,19 +284,14 @@ class CostModel:
         tokens = self.tokens(cell)
         full = tokens / rate  # a capped request's seconds at a stream's rate
         warm = waves(study.warmup, c) * full if study.warmup else 0.0
-        timing = timing_of(study, cell)
-        if timing == "requests":
+        if not study.windowed(cell):  # every prompt once
             n = waves(prompts_of(cell), c)
             return Estimate(warm + n * full, f"prior model: {n} wave(s) of {tokens:.0f} "
                                              f"tokens at {rate:.1f} tok/s a stream")
-        if timing == "window" and study.windowed(cell):
-            w = study.window
-            mean = full * (1 - w.cap_spread / 2)
-            needed = full + (w.turnovers - 1) * mean
-            span = min(max(needed, w.window_s), w.max_window_s)
-            s = warm + w.skip_s + span + full
-            return Estimate(s, f"prior model: {w.skip_s:g} s skip + {span:.1f} s window + "
-                               f"{full:.1f} s drain at {rate:.1f} tok/s a stream")
-        span = study.window_s or 0.0  # legacy mode window: every cell over window_s
-        return Estimate(warm + span + full, f"prior model: {span:g} s window + {full:.1f} s "
-                                            f"drain at {rate:.1f} tok/s a stream")
+        w = study.window
+        mean = full * (1 - w.cap_spread / 2)
+        needed = full + (w.turnovers - 1) * mean
+        span = min(max(needed, w.window_s), w.max_window_s)
+        s = warm + w.skip_s + span + full
+        return Estimate(s, f"prior model: {w.skip_s:g} s skip + {span:.1f} s window + "
+                           f"{full:.1f} s drain at {rate:.1f} tok/s a stream")

@@ -4,20 +4,22 @@ Design:
 - One aiohttp session per run, its connection limit at least the concurrency, so the
   client never queues requests the engine should be queuing. N workers pull prompts from
   one queue (closed loop: a worker sends its next request when its last one ends).
-- Two modes (params `Study.mode`): **requests** sends every prompt once; **window** keeps
-  the workers busy, cycling the prompts, for `window_s` seconds (article A read the decode
-  rate from the engine's counters over a 40-second window). A `scrape` callable is called
-  at the measured span's edges, inside the load, so counter deltas cover exactly that span:
-  after warm-up (`before`), at the window's end (`window`), after the last request
-  (`after`). Warm-up requests use prompts of their own, so the measured prompts do not hit
-  a prefix cache the warm-up filled.
-- A window with `LoadConfig.steady` (a study's `window:` block, harness/steady.py) is a
-  steady one: it opens (`start` scrape) `skip_s` after the load starts and once every
-  stream has received a token, closes at the first `GRID_S` tick past `window_s` where every
-  stream has completed `turnovers` requests inside it (at `max_window_s` at the latest),
-  and output caps are spread request by request (`steady.spread_cap`). Each request
-  records its stream (the worker that sent it); `LoadResult` keeps each edge scrape's
-  monotonic bounds, so ramp-up and drain fall outside the span by construction.
+- Two timings: **every prompt once** (closed loop over the prompts), or, with
+  `LoadConfig.steady` (a study's `window:` block, params/window.py), a **steady window**
+  (harness/steady.py says why and how): the workers cycle the prompts, output caps spread
+  request by request (`steady.spread_cap`); the window opens (`start` scrape) `skip_s`
+  after the load starts and once every stream has received a token, and closes (`window`
+  scrape) at the first `steady.GRID_S` tick past `window_s` where every stream has
+  completed `turnovers` requests inside it (at `max_window_s` at the latest); only then does
+  sending stop and the requests in flight finish. The loop that drives this is here
+  (`LoadGenerator._steady_window`), asking steady.py's rules (`may_open`, `closing_ticks`,
+  `may_close`), which read the records and import nothing of this module. A `scrape`
+  callable is called at the measured span's edges, inside the load, so counter deltas
+  cover exactly that span: after warm-up (`before`), as the window opens and closes, after
+  the last request (`after`); `LoadResult` keeps each window scrape's monotonic bounds, so
+  ramp-up and drain fall outside the span by construction. Each request records its
+  stream (the worker that sent it). Warm-up requests use prompts of their own, so the
+  measured prompts do not hit a prefix cache the warm-up filled.
 - Every request is streamed with `stream_options: {include_usage, continuous_usage_stats}`
   where the engine has it, so a chunk carrying m tokens (a speculative step) is counted as
   m tokens: its gap since the previous token-carrying chunk is split into m inter-token
@@ -68,16 +70,18 @@ Design:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 
 from specrepro.harness import steady
-from specrepro.metrics import arrival_gaps_us
+from specrepro.harness.records import LoadResult, RequestRecord
+from specrepro.params.window import Window
 from specrepro.workloads import Prompt
 
 SEED_STRIDE = 1_000_003  # a prime: seeds of neighbouring cells do not collide for < 1e6 prompts
@@ -115,8 +119,6 @@ class LoadConfig:
     url: str  # the engine's base URL, without /v1
     model: str  # the served model name
     concurrency: int = 1
-    mode: str = "requests"  # requests | window
-    window_s: float | None = None
     warmup: int = 0  # requests sent and discarded before measuring
     temperature: float = 0.0
     top_p: float = 1.0
@@ -129,64 +131,7 @@ class LoadConfig:
     extra_body: dict = field(default_factory=dict)  # e.g. SGLang's return_spec_tokens_details
     request_timeout_s: float = 600.0
     api: str = "openai"  # openai | native (SGLang's POST /generate; APIS)
-    steady: Any = None  # params.window.Window: mode window is a steady window (steady.py)
-
-
-@dataclass
-class RequestRecord:
-    """One request as the client saw it (columns of the requests table, plus timing)."""
-
-    request_idx: int
-    prompt_id: str
-    seed: int
-    started: float = 0.0  # time.monotonic() when sent
-    arrivals: list[float] = field(default_factory=list)  # monotonic time of each token
-    chunks: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, tokens)
-    ttft_s: float | None = None
-    itl_s: list[float] = field(default_factory=list)
-    e2e_s: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    text: str = ""
-    token_ids: list[int] | None = None
-    finish_reason: str | None = None
-    error: str | None = None
-    # per-response acceptance fields: vLLM `metrics`, SGLang `sglext`, or `sglang_meta` (the
-    # speculative fields and token counts of a native /generate's final meta_info)
-    spec: dict | None = None
-    warmup: bool = False
-    stream: int | None = None  # the worker (stream) that sent it, 0 .. concurrency-1
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def add_chunk(self, now: float, m: int) -> None:
-        """m tokens arrived together at `now` (monotonic): the first chunk sets the TTFT and
-        its other tokens get 0 s; a later chunk's gap since the last token is split over its
-        m tokens (`itl_s`, what `metrics.token_gaps_s` derives from the stored chunks)."""
-        if not self.arrivals:
-            self.ttft_s = now - self.started
-            self.itl_s += [0.0] * (m - 1)
-        else:
-            self.itl_s += [(now - self.arrivals[-1]) / m] * m
-        self.arrivals += [now] * m
-        self.chunks.append((now, m))
-
-    def row(self) -> dict:
-        """The record as a row of the requests table (without cell id, attempt, grades)."""
-        return {"request_idx": self.request_idx, "prompt_id": self.prompt_id, "seed": self.seed,
-                "ttft_s": self.ttft_s, "e2e_s": self.e2e_s,
-                # what was measured: each token-carrying chunk's arrival after the one
-                # before (the first's after the request was sent), µs, and its tokens;
-                # `itl_s` is derived from them (metrics.token_gaps_s), not stored: float
-                # seconds are 8 bytes a token that do not compress
-                "chunk_gap_us": arrival_gaps_us([t - self.started for t, _ in self.chunks]),
-                "chunk_tokens": [m for _, m in self.chunks],
-                "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "text": self.text,
-                "token_ids": self.token_ids, "finish_reason": self.finish_reason,
-                "error": self.error, "stream": self.stream}
+    steady: Window | None = None  # a steady window (steady.py); None: every prompt once
 
 
 class StreamTimer:
@@ -374,43 +319,13 @@ def warmup_prompts(like: Sequence[Prompt], n: int) -> list[Prompt]:
     return out
 
 
-Scrape = Callable[[], Any]
-
-
-@dataclass
-class LoadResult:
-    """The measured requests and the counter scrapes at the span's edges."""
-
-    records: list[RequestRecord]
-    wall_s: float | None  # first send to last end (requests) or the window length
-    before: Any = None  # scrape() after warm-up
-    window: Any = None  # scrape() at the window's end (window mode)
-    after: Any = None  # scrape() once every request ended
-    span: tuple[float, float] | None = None  # monotonic start/end of the measured span
-    start: Any = None  # scrape() as a steady window opens (None: the span opens at `before`)
-    load_start: float | None = None  # monotonic: the measured load's first send
-    # monotonic bounds of the steady window's opening and closing scrapes (the counters
-    # were read somewhere inside each; the span runs midpoint to midpoint)
-    start_at: tuple[float, float] | None = None
-    end_at: tuple[float, float] | None = None
-
-    def tokens_in_span(self) -> int:
-        """Output tokens the client received inside the span (window mode's client count)."""
-        if self.span is None:
-            return sum(r.completion_tokens or 0 for r in self.records if r.ok)
-        lo, hi = self.span
-        return sum(lo <= t <= hi for r in self.records for t in r.arrivals)
+Scrape = Callable[[], Any]  # the caller's scrape: its value is kept in LoadResult
 
 
 class LoadGenerator:
     """Sends one cell's load; `records` fills as requests end (kept on interruption)."""
 
     def __init__(self, cfg: LoadConfig):
-        if cfg.mode not in ("requests", "window"):
-            raise ValueError(f"load mode: expected 'requests' or 'window', found {cfg.mode!r}")
-        if cfg.mode == "window" and not cfg.window_s and cfg.steady is None:
-            raise ValueError("load mode 'window': expected window_s > 0 or a steady window, "
-                             "found neither")
         if cfg.api not in APIS:
             raise ValueError(f"load api: expected one of {list(APIS)}, found {cfg.api!r}")
         if cfg.api == "native" and not cfg.features.native_api:
@@ -442,39 +357,48 @@ class LoadGenerator:
                 await self._closed_loop(session, list(enumerate(warm)), self.warmup_records,
                                         warmup=True)
             result = LoadResult(self.records, None)
-            result.before = await steady.call_scrape(scrape)
+            result.before = await call_scrape(scrape)
             start = result.load_start = time.monotonic()
-            if cfg.mode == "requests":
+            if cfg.steady is None:
                 await self._closed_loop(session, list(enumerate(prompts)), self.records)
                 end = max((r.started + (r.e2e_s or 0.0) for r in self.records), default=start)
                 result.wall_s, result.span = end - start, (start, end)
-            elif cfg.steady is not None:
-                await steady.run_window(self, session, prompts, result, scrape, start)
             else:
-                await self._window(session, prompts, result, scrape, start)
-            result.after = await steady.call_scrape(scrape)
+                await self._steady_window(session, prompts, result, scrape, start, cfg.steady)
+            result.after = await call_scrape(scrape)
         return result
 
-    async def _window(self, session, prompts, result: LoadResult, scrape, start: float) -> None:
-        """Keep N workers busy cycling the prompts for window_s; scrape at the window's end,
-        stop sending, then let requests in flight finish (they count in `after`)."""
-        stop = asyncio.Event()
-        counter = iter(range(10**9))
+    async def _steady_window(self, session, prompts: Sequence[Prompt], result: LoadResult,
+                             scrape: Scrape | None, start: float, w: Window) -> None:
+        """A steady window (module docstring): N workers cycle the prompts, their caps
+        spread; the window opens once ramp-up is over and closes on a tick once every stream
+        has turned over (steady.py's rules); then sending stops and requests in flight
+        finish."""
+        n, stop, counter = self.cfg.concurrency, asyncio.Event(), itertools.count()
 
         def next_item() -> tuple[int, Prompt] | None:
             if stop.is_set():
                 return None
             i = next(counter)
-            return i, prompts[i % len(prompts)]
+            p = prompts[i % len(prompts)]
+            return i, replace(p, max_tokens=steady.spread_cap(p.max_tokens, i, w.cap_spread))
 
-        workers = [asyncio.create_task(self.worker(session, next_item, self.records,
-                                                    stream=i))
-                   for i in range(self.cfg.concurrency)]
-        await asyncio.sleep(self.cfg.window_s)
-        result.window = await steady.call_scrape(scrape)
-        end = time.monotonic()
+        workers = [asyncio.create_task(self._worker(session, next_item, self.records, stream=i))
+                   for i in range(n)]
+        give_up = steady.give_up_at(start, w)
+        while time.monotonic() < give_up and not steady.may_open(
+                self.records, self.live, n, time.monotonic() - start, w):
+            await asyncio.sleep(steady.POLL_S)
+        result.start, result.start_at = await timed_scrape(scrape)
+        opened = sum(result.start_at) / 2
+        for tick in steady.closing_ticks(opened, w):
+            await asyncio.sleep(max(0.0, tick - time.monotonic()))
+            if steady.may_close(self.records, opened, n, tick, w):
+                break
+        result.window, result.end_at = await timed_scrape(scrape)
         stop.set()
-        result.wall_s, result.span = end - start, (start, end)
+        result.span = (opened, sum(result.end_at) / 2)
+        result.wall_s = result.span[1] - result.span[0]
         await asyncio.gather(*workers)
 
     async def _closed_loop(self, session, items: list[tuple[int, Prompt]],
@@ -485,13 +409,12 @@ class LoadGenerator:
             return queue.pop() if queue else None
 
         n = min(self.cfg.concurrency, len(items))
-        await asyncio.gather(*(self.worker(session, next_item, sink, warmup, stream=i)
+        await asyncio.gather(*(self._worker(session, next_item, sink, warmup, stream=i)
                                for i in range(n)))
 
-    async def worker(self, session, next_item, sink: list[RequestRecord],
+    async def _worker(self, session, next_item, sink: list[RequestRecord],
                      warmup: bool = False, stream: int | None = None) -> None:
-        """One stream: send `next_item()`'s requests one after another until it gives None
-        (steady.run_window drives these too)."""
+        """One stream: send `next_item()`'s requests one after another until it gives None."""
         while (item := next_item()) is not None:
             idx, prompt = item
             await self.send(session, idx, prompt, sink, warmup, stream)
@@ -546,6 +469,18 @@ class LoadGenerator:
             timer.chunk(body, time.monotonic())
             if timer.r.error is not None:
                 break
+
+
+async def call_scrape(scrape: Scrape | None) -> Any:
+    """Run a blocking scrape (urllib) off the event loop, so streams keep flowing."""
+    return None if scrape is None else await asyncio.to_thread(scrape)
+
+
+async def timed_scrape(scrape: Scrape | None) -> tuple[Any, tuple[float, float]]:
+    """A scrape and the monotonic bounds it was read within."""
+    a = time.monotonic()
+    value = await call_scrape(scrape)
+    return value, (a, time.monotonic())
 
 
 def run_load(prompts: Sequence[Prompt], cfg: LoadConfig,

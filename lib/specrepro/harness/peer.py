@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specrepro.harness.loadgen import LoadConfig, LoadResult, RequestRecord, request_seed
+from specrepro.harness.loadgen import LoadConfig, request_seed
+from specrepro.harness.records import LoadResult, RequestRecord
 from specrepro.params import Profile
 from specrepro.workloads import Prompt
 
@@ -227,9 +228,9 @@ class TransformersPeer:
             records: list[RequestRecord] | None = None) -> LoadResult:
         """Every prompt once, one at a time (warm-up first, discarded). `records` fills as
         requests end, so an interrupted run keeps them."""
-        if cfg.mode != "requests":
-            raise PeerError("the transformers peer serves mode 'requests' only "
-                            f"(found {cfg.mode!r}): it has no counters to read a window from")
+        if cfg.steady is not None:
+            raise PeerError("the transformers peer sends every prompt once, never a steady "
+                            "window: it has no counters to read a window from")
         records = [] if records is None else records
         from specrepro.harness.loadgen import warmup_prompts
 

@@ -85,7 +85,7 @@ def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Pa
             # one request, every prompt once: never the study's steady window (a study
             # that windows its one-stream cells would send requests for seconds)
             cfg = dataclasses.replace(load_config(study, cell, eng, REQUEST_TIMEOUT_S),
-                                      concurrency=1, warmup=0, mode="requests", steady=None)
+                                      concurrency=1, warmup=0, steady=None)
             (rec,) = LoadGenerator(cfg).run(build_workload(cell.workload)[:1]).records
             if rec.ok and (rec.completion_tokens or 0) > 0:
                 record.update(answer=SERVES, tokens=rec.completion_tokens)

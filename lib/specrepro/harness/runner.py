@@ -113,7 +113,8 @@ from specrepro.harness.launch_plan import (  # noqa: F401 (check_arms: the comma
     chosen_arms,
     launch_groups,
 )
-from specrepro.harness.loadgen import LoadConfig, LoadGenerator, LoadResult, RequestRecord
+from specrepro.harness.loadgen import LoadConfig, LoadGenerator
+from specrepro.harness.records import LoadResult, RequestRecord
 from specrepro.harness.shared_cells import SharedCells
 from specrepro.params import (
     Cell,
@@ -170,7 +171,6 @@ def load_config(study: ResolvedStudy, cell: Cell, eng: ArmEngine, timeout_s: flo
     return LoadConfig(
         url=eng.handle.url if eng.handle is not None else "inprocess",
         model=p.model.served_name or p.model.id, concurrency=cell.concurrency,
-        mode="window" if study.windowed(cell) else study.mode, window_s=study.window_s,
         steady=study.window if study.windowed(cell) else None,
         warmup=study.warmup, temperature=cell.sampling.temperature,
         top_p=cell.sampling.top_p, top_k=cell.sampling.top_k, seed=cell.seed,

@@ -8,12 +8,17 @@ Design:
   times such cells instead over a window of the engine's own counters inside a longer
   closed-loop load (loadgen: N workers cycling the prompts), as article A did (a 40-s
   counter window) and scripts/bench_standin.py's speed cells do.
-- Opening (`run_window`): the load starts; the window opens `skip_s` later, and never
+- This module is the window's arithmetic, on what the client recorded (harness/records.py):
+  when it may open and close, the output caps, and what it saw. The asyncio loop that runs
+  the workers and takes the scrapes is the load generator's (`LoadGenerator`, loadgen.py),
+  which asks these rules; nothing here imports the generator or calls back into it.
+- Opening (`may_open`): the load starts; the window opens `skip_s` later, and never
   before every stream has received a token of its first request: then every prefill of
   the synchronized start is over (ramp-up excluded). The opening scrape is `start`; its
   monotonic bounds are kept and the counters count from its midpoint.
-- Closing: at the first `GRID_S` tick at or past `window_s` after the opening where every
-  stream has completed `turnovers` requests inside the window, or at `max_window_s`. Ticks,
+- Closing (`closing_ticks`, `may_close`): at the first `GRID_S` tick at or past `window_s`
+  after the opening where every stream has completed `turnovers` requests inside the
+  window, or at `max_window_s`. Ticks,
   not completions, choose the instant, so the closing scrape does not fall systematically
   in the turnover of the stream that completed last. Sending stops only after the closing
   scrape, so no stream has stopped inside the window (drain excluded); requests in flight
@@ -47,26 +52,22 @@ Design:
       scrapes flags the cell (an engine with fewer slots than streams queues the same
       streams all window long; a ramp-up not over is rule (a)).
   The gauges are recorded as read (`window_running_*`, `window_waiting_*`).
-- Single-stream cells keep the requests mode where the study says so (params/window.py):
-  one stream has no ramp-up across streams and no drain, and n prompts turn it over n
-  times. Defaults (GPU, article A) and the CPU suite's sizes are argued in params/window.py
+- Single-stream cells send every prompt once unless the study's window covers them
+  (params/window.py): one stream has no ramp-up across streams and no drain, and n prompts
+  turn it over n times. Defaults (GPU, article A) and the CPU suite's sizes are argued in params/window.py
   and params/default.yaml.
 """
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import math
 import statistics
-import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
 
-# The load generator's types, named for what they are: loadgen.py drives the window from
-# here and imports this module, which imports nothing of it (no import cycle).
-RequestRecord = Any  # loadgen.RequestRecord
-LoadResult = Any  # loadgen.LoadResult
-LoadGenerator = Any  # loadgen.LoadGenerator
+from specrepro.harness.promtext import SpecCounters
+from specrepro.harness.records import LoadResult, RequestRecord
+from specrepro.params.window import Window
 
 POLL_S = 0.02  # how often the opening condition is checked (the client's core; ~free)
 GRID_S = 0.25  # the closing ticks after window_s
@@ -120,55 +121,40 @@ def fewest_completed(records: Sequence[RequestRecord], opened: float, n: int) ->
     return min(completed_per_stream(records, opened, n))
 
 
-async def call_scrape(scrape) -> Any:
-    """Run a blocking scrape (urllib) off the event loop, so streams keep flowing."""
-    return None if scrape is None else await asyncio.to_thread(scrape)
+# ------------------------------------------------------------------ opening and closing
 
 
-async def run_window(gen: LoadGenerator, session, prompts, result: LoadResult, scrape,
-                     start: float) -> None:
-    """A steady window (module docstring): N workers cycle the prompts, their caps spread;
-    the window opens once ramp-up is over and closes on a tick once every stream has turned
-    over; then sending stops and requests in flight finish."""
-    from dataclasses import replace
+def may_open(records: Sequence[RequestRecord], live: Mapping[int, RequestRecord], n: int,
+             since_start: float, window: Window) -> bool:
+    """Whether the window may open `since_start` seconds into the load: `skip_s` is over
+    and every one of the n streams has received a token (ramp-up over)."""
+    return since_start >= window.skip_s and len(streams_with_token(records, live)) >= n
 
-    w, n = gen.cfg.steady, gen.cfg.concurrency
-    stop = asyncio.Event()
-    counter = iter(range(10**9))
 
-    def next_item():
-        if stop.is_set():
-            return None
-        i = next(counter)
-        p = prompts[i % len(prompts)]
-        return i, replace(p, max_tokens=spread_cap(p.max_tokens, i, w.cap_spread))
+def give_up_at(start: float, window: Window) -> float:
+    """When the load started at `start` stops waiting to open the window: a stream that
+    never gets a token leaves the cell flagged (window_fields), not the load hung."""
+    return start + window.skip_s + window.max_window_s
 
-    workers = [asyncio.create_task(gen.worker(session, next_item, gen.records, stream=i))
-               for i in range(n)]
-    # bounded: a stream that never gets a token leaves the cell flagged (window_fields)
-    give_up = start + w.skip_s + w.max_window_s
-    while time.monotonic() < give_up and (
-            time.monotonic() - start < w.skip_s
-            or len(streams_with_token(gen.records, gen.live)) < n):
-        await asyncio.sleep(POLL_S)
-    a = time.monotonic()
-    result.start = await call_scrape(scrape)
-    result.start_at = (a, time.monotonic())
-    opened = sum(result.start_at) / 2
-    last = opened + w.max_window_s
-    tick = min(opened + w.window_s, last)
+
+def closing_ticks(opened: float, window: Window) -> Iterator[float]:
+    """The instants the window may close at, after it opened at `opened`: `window_s` on,
+    every `GRID_S`, the last at `max_window_s`."""
+    last = opened + window.max_window_s
+    tick = min(opened + window.window_s, last)
     while True:
-        await asyncio.sleep(max(0.0, tick - time.monotonic()))
-        if tick >= last or fewest_completed(gen.records, opened, n) >= w.turnovers:
-            break
+        yield tick
+        if tick >= last:
+            return
         tick = min(tick + GRID_S, last)
-    a = time.monotonic()
-    result.window = await call_scrape(scrape)
-    result.end_at = (a, time.monotonic())
-    stop.set()
-    result.span = (opened, sum(result.end_at) / 2)
-    result.wall_s = result.span[1] - result.span[0]
-    await asyncio.gather(*workers)
+
+
+def may_close(records: Sequence[RequestRecord], opened: float, n: int, tick: float,
+              window: Window) -> bool:
+    """Whether the window closes at `tick`: every stream has completed `turnovers`
+    requests inside it, or it reached `max_window_s`."""
+    return (tick >= opened + window.max_window_s
+            or fewest_completed(records, opened, n) >= window.turnovers)
 
 
 # ------------------------------------------------------------------ what the window saw
@@ -198,7 +184,7 @@ def turning_over(records: Sequence[RequestRecord], at: tuple[float, float], lag:
     n = 0
     for rs in streams.values():
         rs.sort(key=lambda r: r.started)
-        for p, q in zip(rs, rs[1:]):
+        for p, q in itertools.pairwise(rs):
             end = end_time(p)
             if end is None or not q.arrivals:
                 continue
@@ -231,7 +217,7 @@ def idle_streams(records: Sequence[RequestRecord], n: int, lo: float, hi: float
     return out
 
 
-def window_fields(result: LoadResult, n: int, window, start: Gauges | None,
+def window_fields(result: LoadResult, n: int, window: Window, start: Gauges | None,
                   end: Gauges | None, warnings: list[str]) -> dict:
     """The cells columns of a steady window (module docstring); the reasons a window was
     not steady go to `warnings`."""
@@ -281,7 +267,7 @@ def _int(x: float | None) -> int | None:
     return None if x is None else round(x)
 
 
-def gauges(counters: Any) -> Gauges | None:
+def gauges(counters: SpecCounters | None) -> Gauges | None:
     """(running, waiting) of a promtext.SpecCounters scrape, None where it is missing."""
     if counters is None:
         return None

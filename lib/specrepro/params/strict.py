@@ -2,7 +2,8 @@
 
 Design: every model of a params file is `Strict`: pydantic v2 with `extra="forbid"` (an
 unknown key fails, with the closest valid one suggested by validation.py) and strict types
-(no silent coercion: "8" is not 8). Checks across fields are each model's `cross_checks()`,
+(no silent coercion: "8" is not 8); a key it retired (`RETIRED`) fails saying what replaced
+it. Checks across fields are each model's `cross_checks()`,
 as (key path, message), which the loader locates in the file that set the key. Its own
 module so that the profile and suite models (schema.py), the study models (study.py) and the
 substrate block (substrate.py) share one base without importing each other.
@@ -10,7 +11,7 @@ substrate block (substrate.py) share one base without importing each other.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +20,9 @@ class Strict(BaseModel):
     """Base of every params model: unknown keys fail, no silent type coercion."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=False)
+    # Keys the model no longer takes, each with what to write instead: such a key fails
+    # with these words (validation.py) rather than as an unknown one.
+    RETIRED: ClassVar[dict[str, str]] = {}
 
     def cross_checks(self) -> list[tuple[tuple, str]]:
         """Checks across fields, as (key path, 'expected ..., found ...'); none by default."""

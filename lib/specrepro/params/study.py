@@ -9,7 +9,9 @@ Design:
   a baseline, an A/A twin (`noise_of`), a skip or a gate naming an arm or workload of the
   study, a gate's metric a column of the cells table (store.CELL_SCHEMA), a window's
   workloads the study's.
-- `Study.window` times multi-stream speed cells over a steady counter window and
+- `Study.window` times multi-stream speed cells over a steady counter window (every other
+  cell sends every prompt once; the fixed window's `mode` and `window_s` are retired and
+  fail saying so, `Study.RETIRED`) and
   `Study.interleave` orders repeats across arms (window.py); `Study.placement` is how the
   harness places a launched engine and its load generator on the CPUs (harness/process.py).
   Neither is part of a cell's identity beyond the window's timing.
@@ -20,12 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, JsonValue, field_validator
 
 from specrepro.params.errors import Expect, duplicates, one_of
-from specrepro.params.strict import NonNegInt, PositiveFloat, PositiveInt, Strict
+from specrepro.params.strict import NonNegInt, PositiveInt, Strict
 from specrepro.params.window import Interleave, Window
 
 # prose: held-out WikiText-2 continuations standing in for the articles' essays (workloads.py)
@@ -175,8 +177,21 @@ class Cell:
     seed: int
 
 
+# The legacy fixed window (`mode: window`: every cell over `window_s` from the load's
+# start, ramp-up and drain inside it) is retired: one window, the steady one.
+FIXED_WINDOW_RETIRED = (
+    "it set the fixed window (`mode: window` with `window_s`), which is gone: time "
+    "multi-stream speed cells over the steady window with a `window:` block instead "
+    "(params/window.py: e.g. `window: {skip_s: 10.0, window_s: 40.0}`; `min_concurrency: 1` "
+    "windows one-stream cells too), and delete `mode` and `window_s`: every cell the window "
+    "does not cover sends every prompt once, as `mode: requests` did")
+
+
 class Study(Strict):
     """What one notebook measures."""
+
+    RETIRED: ClassVar[dict[str, str]] = {"mode": FIXED_WINDOW_RETIRED,
+                                         "window_s": FIXED_WINDOW_RETIRED}
 
     name: str
     notebook: str
@@ -193,11 +208,9 @@ class Study(Strict):
     repeats: PositiveInt = 1
     seeds: Annotated[list[int], Expect("a list of integer seeds, one per repeat")] | None = None
     seed: int = 0  # base seed: repeat r gets seed + r where no explicit list is given
-    # the timing of cells `window` does not cover: every prompt once, or (legacy) every
-    # cell over `window_s` from the load's start
-    mode: Literal["requests", "window"] = "requests"
-    window_s: PositiveFloat | None = None
-    window: Window | None = None  # multi-stream speed cells: a steady window (window.py)
+    # multi-stream speed cells: a steady window (window.py); every other cell sends every
+    # prompt once
+    window: Window | None = None
     interleave: Interleave = "auto"  # repeats across arms A B C, A B C (window.py)
     warmup: NonNegInt = 0  # requests sent and discarded before measuring each cell
     ignore_eos: bool = False
@@ -239,13 +252,6 @@ class Study(Strict):
                 (
                     ("seeds",),
                     (f"expected one seed per repeat ({self.repeats}), found {len(self.seeds)}"),
-                )
-            )
-        if self.mode == "window" and self.window_s is None:
-            out.append(
-                (
-                    ("window_s",),
-                    ("expected a window length in seconds for mode 'window', found none"),
                 )
             )
         if self.window is not None:

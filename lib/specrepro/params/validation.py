@@ -5,8 +5,9 @@ Design:
   error becomes a `Problem`: its location is walked through the model's types (`_walk`:
   union tags dropped, the deepest field with an `Expect` marker found, the model that owns
   an unknown key found), then located in the file that set it through the tree's
-  provenance. An unknown key suggests the closest valid one and lists them all; a bad value
-  says what was expected and what was found.
+  provenance. An unknown key suggests the closest valid one and lists them all (a key the
+  model retired says what replaced it: `Strict.RETIRED`); a bad value says what was
+  expected and what was found.
 - After the types, the model's `cross_checks()` (checks across fields, as key path and
   message) are located the same way, so a baseline naming a missing arm fails with the
   study file and key too.
@@ -96,6 +97,9 @@ def _problems_from(err: ValidationError, model: type[BaseModel], tree: Tree) -> 
             close = difflib.get_close_matches(str(key), valid, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             message = f"unknown key {key!r}{hint}; expected one of: {', '.join(valid)}"
+            retired = getattr(owner, "RETIRED", {}).get(str(key))
+            if retired:  # a key the model took once: say what replaced it
+                message = f"key {key!r} is retired: {retired}"
             path = clean
         elif kind == "missing":
             path, message = clean, "expected a value, found the key missing"

@@ -10,11 +10,14 @@ Design:
   `[cap * (1 - cap_spread), cap]` so the streams turn over at different steps.
 - Which cells: those at `min_concurrency` streams or more, of the workloads listed (every
   workload where `workloads` is omitted), on an engine with counters (the in-process
-  transformers peer has none and serves one request at a time: its cells keep the study's
-  `mode`). A single-stream cell keeps `mode` (`requests`: every prompt once): one stream
-  has no ramp-up across streams and no drain, n prompts turn it over n times, and each
-  output is graded whole. A correctness cell (GSM8K counted "of 200") keeps it too: list
-  only the speed workloads.
+  transformers peer has none and serves one request at a time: its cells send every prompt
+  once). Every cell the window does not cover sends every prompt once (the window is the
+  one way a cell is timed over a span; the fixed window, `mode: window`, is retired). A
+  single-stream cell is left to that by default: one stream has no ramp-up across streams
+  and no drain, n prompts turn it over n times, and each output is graded whole
+  (`min_concurrency: 1` windows it too, as article A's one-stream windows did). A
+  correctness cell (GSM8K counted "of 200") sends every prompt once too: list only the
+  speed workloads.
 - The defaults are sized for the articles' GPUs (article A read a 40-second counter window);
   a suite for a slower substrate overrides them (params/default.yaml: the CPU's). The timing
   fields (not the selectors) enter the identity of a windowed cell only
@@ -70,7 +73,7 @@ class Window(Strict):
     # Output caps spread over [cap * (1 - cap_spread), cap], request by request: requests
     # that stop at their cap together would turn every stream over on the same step.
     cap_spread: Annotated[float, Field(ge=0, lt=1)] = 0.5
-    # Cells at fewer streams keep the study's mode (module docstring).
+    # Cells at fewer streams send every prompt once (module docstring).
     min_concurrency: Annotated[int, Field(ge=1)] = 2
     # The speed workloads; None: every workload of the study.
     workloads: list[str] | None = None

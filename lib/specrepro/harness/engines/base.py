@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 from specrepro.harness import lifecycle, promtext
 from specrepro.harness.engine_handle import EngineHandle
 from specrepro.harness.flags import engine_cli, engine_cli_versions, flag_name
-from specrepro.harness.loadgen import RequestFeatures, RequestRecord
+from specrepro.harness.loadgen import RequestFeatures
 from specrepro.harness.process import (
     LogFact,
     Placement,
@@ -62,6 +62,7 @@ from specrepro.harness.process import (
     startup_error,
     thread_affinity,
 )
+from specrepro.harness.records import RequestRecord
 from specrepro.params import Profile
 
 POLL_S = (0.1, 1.0)  # readiness polling starts fast and backs off to once a second

@@ -27,9 +27,10 @@ from typing import ClassVar
 
 from specrepro.harness.engines.base import Counts, EngineAdapter, Probe
 from specrepro.harness.flags import FlagCheck, model_flags, profile_file, render_flags
-from specrepro.harness.loadgen import RequestFeatures, RequestRecord
+from specrepro.harness.loadgen import RequestFeatures
 from specrepro.harness.process import LogFact, Routes
 from specrepro.harness.promtext import MetricNames, SpecCounters
+from specrepro.harness.records import RequestRecord
 from specrepro.params import Profile
 
 # SGLang 0.5.23: /ready, 200 after warm-up, no generation (its /health runs one of

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from specrepro.harness.engines.base import Counts, EngineAdapter, EngineError
-from specrepro.harness.loadgen import RequestRecord
 from specrepro.harness.promtext import SpecCounters
+from specrepro.harness.records import RequestRecord
 from specrepro.params import Profile
 
 
