@@ -248,25 +248,24 @@ def main(argv: list[str] | None = None) -> int:
               "model folders, as `specrepro run` checks them before an engine starts")
         return 0 if argv else 2
     status = 0
-    for file in argv:
+    for file in argv:  # a file's summary once it passes; its errors alone where it does not
+        note = ""
         try:
-            print(summarize(file))
+            summary = summarize(file)
             studies = _studies(file)
-            found = problems(studies, here=False) if studies else []
-        except DataMalformed as err:  # the data a run would read: refused as a run does
+            try:
+                found = problems(studies, here=False) if studies else []
+            except DataMalformed:  # the data a run would read: refused as a run does
+                raise
+            except DataError as err:  # no data here: the params themselves are checked
+                found, note = [], f"\n  note: workload sizes not checked: {err}"
+            if found:
+                raise ParamsError(found)
+        except (ParamsError, DataMalformed) as err:
             print(f"error: {err}", file=sys.stderr)
             status = 2
             continue
-        except DataError as err:  # no data here: the params themselves are checked
-            print(f"  note: workload sizes not checked: {err}")
-            continue
-        except ParamsError as err:
-            print(f"error: {err}", file=sys.stderr)
-            status = 2
-            continue
-        if found:
-            print(f"error: {ParamsError(found)}", file=sys.stderr)
-            status = 2
+        print(summary + note)
     return status
 
 

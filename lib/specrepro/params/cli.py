@@ -1,16 +1,16 @@
-"""`specrepro check FILE...`: validate params files of any kind and describe each.
+"""The validation half of `specrepro check FILE...` (the command is harness/preflight.py,
+which adds what a run would meet before its engines start): a params file of any kind
+validated and described.
 
 Design:
 - The kind is read from the merged tree: `notebooks:` is a suite, `arms:` a study,
   `engine:` (or a file in a `profiles/` folder) a profile. A suite is resolved notebook by
   notebook (cells and arms listed); a study beside `params/profiles` is resolved against
   that folder; a profile is loaded.
-- Exit status 2 on any error (each file's errors printed to stderr), 0 otherwise.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from specrepro.params.errors import ParamsError, Problem
@@ -82,23 +82,3 @@ def summarize(path: Path | str) -> str:
             )
         ]
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`specrepro check FILE...`: validate params files; exit 2 on the first error."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: specrepro check FILE... (suite, study or profile YAML)")
-        return 0 if argv else 2
-    status = 0
-    for file in argv:
-        try:
-            print(summarize(file))
-        except ParamsError as err:
-            print(f"error: {err}", file=sys.stderr)
-            status = 2
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())
