@@ -37,7 +37,7 @@ from pathlib import Path
 
 from specrepro.data import DataError, DataMalformed
 from specrepro.harness import engines
-from specrepro.params import ParamsError, Problem, ResolvedStudy
+from specrepro.params import ParamsError, Problem, ResolvedStudy, resolve_study
 from specrepro.workloads import TooFewPrompts, WorkloadError, WorkloadSpec, build_workload
 
 
@@ -251,10 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     for file in argv:  # a file's summary once it passes; its errors alone where it does not
         note = ""
         try:
-            summary = summarize(file)
             studies = _studies(file)
+            summary = summarize(file, studies)
             try:
-                found = problems(studies, here=False) if studies else []
+                found = problems(list(studies.values()), here=False)
             except DataMalformed:  # the data a run would read: refused as a run does
                 raise
             except DataError as err:  # no data here: the params themselves are checked
@@ -269,22 +269,16 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def _studies(file: str) -> list[ResolvedStudy]:
-    """The resolved studies of a suite or a study file (none for a profile)."""
+def _studies(file: str) -> dict[str, ResolvedStudy]:
+    """The resolved studies of a suite (its notebooks and its `studies:`) or of a study
+    file beside a profiles folder, by id; none for a profile or a study standing alone."""
     from specrepro.harness.run_command import resolve
-    from specrepro.params import read_tree
-
-    data = read_tree(file).data
-    if "notebooks" not in data and "arms" not in data:
-        return []
-    return [study for study, _, _ in resolve(file, [*_all_ids(file)])]
-
-
-def _all_ids(file: str) -> list[str]:
-    """A suite's notebooks and its `studies:` (check resolves both; run only the named)."""
     from specrepro.params import load_suite, read_tree
 
-    if "notebooks" not in read_tree(file).data:
-        return []
-    suite = load_suite(file)
-    return [*suite.notebooks, *suite.studies]
+    data = read_tree(file).data
+    if "notebooks" in data:
+        suite = load_suite(file)
+        return {nb: resolve_study(suite, nb) for nb in [*suite.notebooks, *suite.studies]}
+    if "arms" in data and (Path(file).resolve().parent.parent / "profiles").is_dir():
+        return {study.notebook: study for study, _, _ in resolve(file)}
+    return {}
