@@ -461,8 +461,21 @@ def table(rows: list[dict], measured_s: float) -> str:
              "manifest session no longer named. The measured store is a smoke run of "
              f"notebook 07 (6 cells, {measured_s:.0f} s), copied for each case that starts "
              "from it.")
+    codes = {c: sum(r["rc"] == c for r in rows) for c in sorted({r["rc"] for r in rows})}
+    outside = [r["n"] for r in rows if r["outside"] != "nothing"]
+    lost_rows = [r["n"] for r in rows if not r["lost"].startswith(("none", "no store"))]
+    repaired = [r["n"] for r in rows if r["rc"] == 0]
+    summary = (f"{len(rows)} cases; exit status " + ", ".join(
+        f"{c}: {k}" for c, k in codes.items()) + (
+        f" (0: cases {', '.join(map(str, repaired))}, a damaged store repaired as the README "
+        "promises: its cells measured again, or its manifest rebuilt with every cell stored)"
+        if repaired else "") + "; written outside the results folder: "
+        + (f"cases {', '.join(map(str, outside))}" if outside else "nothing, in every case")
+        + "; measured rows or damaged bytes lost: "
+        + (f"cases {', '.join(map(str, lost_rows))}" if lost_rows else "none, in every case")
+        + ".")
     head = ["# Bad inputs to `specrepro run`, `check` and `compact` (issue 41, part B)", "",
-            intro, "",
+            intro, "", summary, "",
             ("| # | item | bad input | command | first line printed | the line naming the "
              "problem, where another | rc | s | outside | lost |"),
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
