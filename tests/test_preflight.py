@@ -208,6 +208,10 @@ CASES = [
                                    "max_tokens": 8}]}},
      ("workloads[0].n: expected at most 164 (the prompts workload humaneval has), "
       "found 1000")),
+    ({"overrides": {"workloads": [{"name": "prefill", "n": 2, "form": "completion",
+                                   "max_tokens": 8, "prefill_tokens": [5000]}]}},
+     ("workloads[0].prefill_tokens: expected prompt lengths below 2048 (the context of arm "
+      "'a': 2048 tokens, ")),
     ({"overrides": {"concurrency": [100000]}},
      ("notebooks.07_the_bill.overrides.concurrency[0]: expected at most 2 streams for "
       "workload essays (2 prompts")),
@@ -217,7 +221,7 @@ CASES = [
 @pytest.mark.parametrize("case, said", CASES, ids=[
     "max_tokens past the model's context", "max_tokens past the profile's context",
     "drafts past the engine's bound", "no request slots", "slots set by an arm override",
-    "n past humaneval", "concurrency past the prompts"])
+    "n past humaneval", "a prompt past the context", "concurrency past the prompts"])
 def test_check_refuses_what_an_engine_or_a_cell_would_refuse(tree, case, said, capsys):
     """Today: `specrepro check` passes each of these (rc 0); the run fails once engines
     start, or stores 100,000 streams that two prompts never kept busy."""

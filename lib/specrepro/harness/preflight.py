@@ -85,11 +85,15 @@ def _context(study: ResolvedStudy, arms) -> list[Problem]:
             continue
         n, why, _ = min(short)
         names = ", ".join(repr(name) for _, _, name in short)
+        whose = f"the context of arm{'s' if len(short) > 1 else ''} {names}: {n} tokens, {why}"
+        if prompt >= n:  # the prompt alone fills the context
+            out.append(Problem(*study.locate("workloads", w_i, "prefill_tokens"),
+                               f"expected prompt lengths below {n} ({whose}), found {prompt}"))
+            continue
         key = ["max_tokens"] if w.max_tokens is not None else []
         out.append(Problem(*study.locate("workloads", w_i, *key),
-                           f"expected at most {n - prompt} output tokens (the context of "
-                           f"arm{'s' if len(short) > 1 else ''} {names}: {n} tokens, {why}; "
-                           f"a request's prompt takes {prompt}+ of them), found {cap}"))
+                           f"expected at most {n - prompt} output tokens ({whose}; a "
+                           f"request's prompt takes {prompt}+ of them), found {cap}"))
     return out
 
 
@@ -105,12 +109,14 @@ def _concurrency(study: ResolvedStudy, cells, sizes: dict[int, int]) -> list[Pro
             continue
         seen.add((cell.concurrency, w_i))
         c_i = study.concurrency.index(cell.concurrency)
+        many = "s" if n != 1 else ""
         out.append(Problem(*study.locate("concurrency", c_i),
-                           f"expected at most {n} streams for workload {cell.workload.name} "
-                           f"({n} prompts: a cell timed by its requests sends each once, so "
-                           f"streams past them never send one and the cell would be stored "
-                           f"at a concurrency no request saw; raise its n or give the study "
-                           f"a steady window), found {cell.concurrency}"))
+                           f"expected at most {n} stream{many} for workload "
+                           f"{cell.workload.name} ({n} prompt{many}: a cell timed by its "
+                           "requests sends each once, so streams past them never send one "
+                           "and the cell would be stored at a concurrency no request saw; "
+                           "raise its n or give the study a steady window), found "
+                           f"{cell.concurrency}"))
     return out
 
 

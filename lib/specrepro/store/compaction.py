@@ -224,9 +224,14 @@ def main(argv: list[str] | None = None) -> int:
                          "folder (its runs) or a results folder (results/default: its "
                          "studies' runs); nothing deeper is searched")
     args = ap.parse_args(argv)
-    missing = [str(d) for d in args.dirs if not d.is_dir()]
+    missing = [str(d) for d in args.dirs if not d.exists()]
     if missing:
         print(f"specrepro compact: no such directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    files = [str(d) for d in args.dirs if not d.is_dir()]
+    if files:
+        print(f"specrepro compact: not a folder: {', '.join(files)} (give a run's folder, a "
+              "study's or a results folder)", file=sys.stderr)
         return 2
     found = {d: stores(d) for d in args.dirs}
     empty = [str(d) for d, runs in found.items() if not runs]
