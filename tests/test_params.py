@@ -384,10 +384,12 @@ def test_smoke_is_tiny():
 
 
 def test_check_command(tree: Path, capsys):
-    assert params.main([str(tree / "suite.yaml")]) == 0
+    from specrepro.cli import main
+
+    assert main(["check", str(tree / "suite.yaml")]) == 0
     assert "suite 't'" in capsys.readouterr().out
     write(tree / "studies/01.yaml", STUDY + "bogus: 1\n")
-    assert params.main([str(tree / "suite.yaml")]) == 2
+    assert main(["check", str(tree / "suite.yaml")]) == 2
     assert "bogus: unknown key 'bogus'" in capsys.readouterr().err
 
 

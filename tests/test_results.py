@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -314,8 +315,15 @@ def test_an_old_store_of_attempt_parts_loads_and_compacts_by_session(tmp_path: P
     assert ResultStore(tmp_path, "07_the_bill", "default").next_attempt(cid(2)) == 2
 
 
+def killed(store: ResultStore) -> None:
+    """The session's process killed: the kernel drops its live mark (sharing.hold_live)."""
+    os.close(store._live)
+    store._live = None
+
+
 def test_compact_command(store: ResultStore, capsys):
     fill(store)
+    killed(store)
     results_dir = store.root.parents[1]
     assert compaction.main([str(results_dir)]) == 0
     out = capsys.readouterr().out

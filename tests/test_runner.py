@@ -538,7 +538,9 @@ def test_the_archive_is_whole_after_each_cell_and_a_resume_from_it_measures_the_
     from specrepro.harness import runner
 
     attach_profile(params_dir, "served", embedded_server, served_model(embedded_server))
-    path = study(params_dir, [{"name": "base", "profile": "served"}], concurrency=[1, 2, 4])
+    # four prompts for four streams: `specrepro run` refuses a level past its prompts
+    path = study(params_dir, [{"name": "base", "profile": "served"}], concurrency=[1, 2, 4],
+                 workloads=[{"name": "essays", "n": 4, "form": "chat", "max_tokens": 16}])
     out = tmp_path / "out"
     out.mkdir()
     snapshots: list[bytes] = []

@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("specrepro.harness.profile_command", "trace one arm's engine under a short load: where its time goes"),
     "probe": ("specrepro.harness.probe_command", "ask a study's probes: does a profile's engine start and serve?"),
     "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
-    "check": ("specrepro.params.cli", "validate a params file (suite, study or profile)"),
+    "check": ("specrepro.harness.preflight", "validate a params file (suite, study or profile) and what its run would meet before an engine starts"),
     "compact": ("specrepro.store.compaction", "make a results store ready to commit: merge, fold, gzip logs"),
     "export-drafters": ("specrepro.embedded.export", "write the drafters in the layouts vLLM and SGLang load"),
     "export-nvfp4": ("specrepro.embedded.export_nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),

@@ -51,6 +51,10 @@ class DataError(RuntimeError):
     """A dataset could not be found or read; the message says where we looked."""
 
 
+class DataMalformed(DataError):
+    """A data file that was found but is not what it must be; the message names its line."""
+
+
 def data_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     """The local data directory: ``explicit`` if given, else ``$SPECREPRO_DATA_DIR`` (set
     empty: None, the hub), else the checkout's ``../shared/data`` where it exists, else
@@ -136,19 +140,46 @@ def gsm8k_path(split: str, root: str | os.PathLike | None = None) -> Path:
                        f" (the layout of the hub dataset {GSM8K_HUB[0]})")
 
 
+GSM8K_ROW = ("a JSON object with the text fields 'question' and 'answer' (its reasoning, "
+             "then '#### <number>'), one a line, as the hub dataset openai/gsm8k")
+
+
 def read_gsm8k(split: str, root: str | os.PathLike | None = None) -> list[dict]:
-    """GSM8K rows ``{"question", "answer"}`` from the local JSONL, standard library only."""
+    """GSM8K rows ``{"question", "answer"}`` from the local JSONL, standard library only;
+    DataError naming the file and line of the first row that is not one (`GSM8K_ROW`)."""
     path = gsm8k_path(split, root)
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DataError(f"GSM8K {split}: {path}:{lineno} is not JSON ({e})") from e
+    try:
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataMalformed(f"GSM8K {split}: {path}:{lineno} is not JSON ({e}); "
+                                    f"each line must be {GSM8K_ROW}") from e
+                if problem := _gsm8k_row_problem(row):
+                    raise DataMalformed(f"GSM8K {split}: {path}:{lineno} {problem}; each line "
+                                    f"must be {GSM8K_ROW}")
+                rows.append(row)
+    except UnicodeDecodeError as e:
+        raise DataMalformed(f"GSM8K {split}: {path} is not UTF-8 text (byte {e.start})") from e
+    if not rows:
+        raise DataMalformed(f"GSM8K {split}: {path} holds no rows; it must hold {GSM8K_ROW}")
     return rows
+
+
+def _gsm8k_row_problem(row: object) -> str | None:
+    if not isinstance(row, dict):
+        return f"is a JSON {type(row).__name__}, not an object"
+    missing = [k for k in ("question", "answer") if not isinstance(row.get(k), str)]
+    if missing:
+        return (f"has no text field {' or '.join(repr(k) for k in missing)} (its keys: "
+                f"{', '.join(map(str, row)) or 'none'})")
+    if "####" not in row["answer"]:
+        return "has an 'answer' without its final '#### <number>'"
+    return None
 
 
 def load_gsm8k(split: str, root: str | os.PathLike | None = None):
@@ -158,6 +189,7 @@ def load_gsm8k(split: str, root: str | os.PathLike | None = None):
     _check_split(split, GSM8K_SPLITS, "GSM8K")
     if data_dir(root) is not None:
         path = gsm8k_path(split, root)
+        read_gsm8k(split, root)  # every row checked: a bad line named, not datasets' traceback
         return datasets.load_dataset("json", data_files={split: str(path)}, split=split)
     todo = f"set {DATA_DIR_ENV} to a directory holding gsm8k/{split}.jsonl" + (
         " (offline mode: only the datasets cache was read)" if _offline()
@@ -180,7 +212,7 @@ def check_gsm8k(split: str, root: str | os.PathLike | None = None) -> None:
     where a data directory is named, else the hub (asked once: `load_gsm8k`, which also
     leaves the split in the datasets cache for the run that follows)."""
     if data_dir(root) is not None:
-        gsm8k_path(split, root)
+        read_gsm8k(split, root)  # there, and every row a GSM8K row
         return
     try:
         load_gsm8k(split, root)

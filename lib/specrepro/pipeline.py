@@ -36,7 +36,7 @@ from specrepro.analysis.finding import (
     project_root,
     stored_cells,
 )
-from specrepro.params import ResolvedStudy, Suite, load_suite, resolve_study
+from specrepro.params import ParamsError, ResolvedStudy, Suite, load_suite, resolve_study
 from specrepro.store import ResultStore
 
 
@@ -53,8 +53,12 @@ def measure(study: ResolvedStudy, results_dir: Path, run_id: str, fresh: bool):
     starts engines); fresh=True measures every cell again as a new attempt. Engines start
     in the project root, where the profiles' relative model paths point. Returns the runner's
     RunSummary (its errors say why cells failed)."""
-    from specrepro.harness.runner import run_study  # the harness is needed only to measure
+    from specrepro.harness.preflight import problems  # the harness: only to measure
+    from specrepro.harness.runner import run_study
 
+    found = problems([study], here=False)  # what the engines would refuse, said first
+    if found:
+        raise ParamsError(found, f"measuring study {study.name!r}")
     store = ResultStore(results_dir, study.name, run_id)
     # The load generator calls asyncio.run(), which refuses to start inside a running event
     # loop, and a Jupyter kernel has one: measure in a worker thread, which has none.

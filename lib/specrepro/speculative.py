@@ -274,6 +274,11 @@ def server_flag_names() -> list[str]:
     return names
 
 
+def server_flag_default(name: str) -> Any:
+    """A server flag's default value (`--max-model-len` -> 4096)."""
+    return next(kw.get("default") for options, kw in SERVER_FLAGS if options[0] == name)
+
+
 def server_flag_choices() -> dict[str, list[str]]:
     """The flags with a closed set of values, and those values."""
     return {options[0]: list(kw["choices"]) for options, kw in SERVER_FLAGS if "choices" in kw}

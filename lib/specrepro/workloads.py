@@ -53,6 +53,14 @@ class WorkloadError(ValueError):
     """A workload spec that cannot be built; the message names the workload and field."""
 
 
+class TooFewPrompts(WorkloadError):
+    """A workload asked for more prompts (`n`) than it has (`available`)."""
+
+    def __init__(self, name: str, n: int, available: int):
+        self.name, self.n, self.available = name, n, available
+        super().__init__(f"workload {name!r}: n={n}, but only {available} prompts exist")
+
+
 @dataclass(frozen=True)
 class Prompt:
     """One request's prompt. Exactly one of ``text`` (completion form) and ``messages``
@@ -143,7 +151,7 @@ def build_workload(
 
 def _take(name: str, n: int, available: int) -> int:
     if n > available:
-        raise WorkloadError(f"workload {name!r}: n={n}, but only {available} prompts exist")
+        raise TooFewPrompts(name, n, available)
     return n
 
 
@@ -195,9 +203,14 @@ def gsm8k_context(doc: dict, fewshot: list[dict], form: str) -> dict:
 
 
 def _gsm8k_rows(split: str, data_dir) -> list[dict]:
+    """A split's rows: the local JSONL where a data directory is named (read and checked
+    line by line, data.read_gsm8k: the rows `datasets` would give, with no cache written),
+    else the hub's dataset."""
+    if data.data_dir(data_dir) is not None:
+        return data.read_gsm8k(split, data_dir)
     try:
         return data.load_gsm8k(split, data_dir).to_list()
-    except ImportError:  # no `datasets` here (the GPU box): the local JSONL, same rows
+    except ImportError:  # no `datasets` here (the GPU box): only the local file would do
         return data.read_gsm8k(split, data_dir)
 
 

@@ -142,10 +142,15 @@ def session_placement(placements: dict[str, process.Placement]) -> dict:
 
 
 def known_version(store: ResultStore, arm: ResolvedArm) -> str | None:
-    """The engine version an earlier session recorded for this arm and profile."""
+    """The engine version an earlier session recorded for this arm and profile: by the
+    profile's hash, or, in a session rebuilt from its cells rows (store/manifest_rebuild.py:
+    no hash), by arm and profile name, which is safe: a cell id computed with a version
+    matches a stored cell only where that version measured it."""
     want = identity.profile_hash(arm.resolved)
     for session in reversed(store.manifest().get("sessions", [])):
         for eng in reversed(session.get("engines") or []):
-            if eng.get("arm") == arm.name and eng.get("profile_hash") == want:
+            if eng.get("arm") == arm.name and (
+                    eng.get("profile_hash") == want
+                    or (eng.get("rebuilt") and eng.get("profile") == arm.resolved.name)):
                 return eng.get("version")
     return engines.engine(arm.resolved.engine).known_version()

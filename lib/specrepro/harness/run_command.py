@@ -3,15 +3,20 @@
 Design: `resolve` turns a suite (its notebooks, or the notebooks and `studies:` named) or a
 study file into (study, results dir, run id) plans; `main` opens one store per study and
 hands them all to `runner.run_studies` at once, so that studies whose arms resolve to the
-same profile share that engine's start (`runner.launch_groups`). It prints one line per
-study, each error, and what a deadline left; the exit status is the worst of the
-studies' (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP: each stops the run as Ctrl-C does; 1
-failures, 75 cells left at a deadline, 0).
+same profile share that engine's start (`runner.launch_groups`). Before any engine starts
+or any file is written, it refuses, in one sentence naming file and key or option: a run id
+that is not one folder name, arms that need a GPU this machine lacks, data no source has
+or a malformed data file, what preflight.py finds (workload sizes, levels, engines'
+bounds, model folders, context lengths), and a results folder this user cannot write
+(exit status 2). It prints one line per study, each error, and what a deadline left; the
+exit status is the worst of the studies' (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP: each stops
+the run as Ctrl-C does; 1 failures, 75 cells left at a deadline, 0).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +24,7 @@ from pathlib import Path
 from specrepro import provenance
 from specrepro.data import DataError
 from specrepro.harness.deadline import Archive, deadline_of, seconds_arg, zoned_time_arg
+from specrepro.harness.preflight import problems, results_problem
 from specrepro.harness.runner import EX_TEMPFAIL, chosen_arms, run_studies
 from specrepro.params import (
     ParamsError,
@@ -29,7 +35,7 @@ from specrepro.params import (
     resolve_study,
     standalone_suite,
 )
-from specrepro.store import ResultStore
+from specrepro.store import NAME_PATTERN, ResultsError, ResultStore
 from specrepro.workloads import check_data
 
 
@@ -54,6 +60,16 @@ def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[Resol
 
 
 EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3, 129: 3, 143: 3}  # which of two statuses wins
+
+
+def run_id_arg(value: str) -> str:
+    """--run-id: one folder name under each study's folder (store.NAME_PATTERN), never a
+    path that would put the store outside the results folder."""
+    if not re.fullmatch(NAME_PATTERN, value):
+        raise argparse.ArgumentTypeError(
+            f"expected one folder name (letters, digits, '_', '.', '+', '-', not starting "
+            f"with '.' or '-'): the store is <results>/<study>/<run id>/, found {value!r}")
+    return value
 
 
 def no_gpu_here(params: str, studies: Sequence[ResolvedStudy], arms: Sequence[str],
@@ -105,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                          "processes may share one store, e.g. acceptance-only arms sharing "
                          "a GPU, each engine on its own port")
     ap.add_argument("--results-dir", default=None, help="overrides the suite's results_dir")
-    ap.add_argument("--run-id", default=None, help="overrides the suite's run_id")
+    ap.add_argument("--run-id", default=None, type=run_id_arg,
+                    help="overrides the suite's run_id (one folder name)")
     ap.add_argument("--fresh", action="store_true",
                     help="measure every cell again (new attempts) instead of resuming")
     ap.add_argument("--power-interval", type=float, default=2.0, help="NVML sampling, seconds")
@@ -137,15 +154,26 @@ def main(argv: list[str] | None = None) -> int:
         # the data the chosen cells read, from its directory or the hub (asked once), before
         # any engine starts: not a traceback at the first GSM8K cell
         studies = [study for study, _, _ in plans]
-        check_data(c.workload for st, names in
-                   zip(studies, chosen_arms(studies, args.arm, args.engine), strict=True)
+        chosen = chosen_arms(studies, args.arm, args.engine)
+        check_data(c.workload for st, names in zip(studies, chosen, strict=True)
                    for c in st.cells() if c.arm.name in names)
-    except (ParamsError, DataError) as err:
+        # what the engines would refuse, or the cells would meet, said before any starts
+        # (harness/preflight.py): file and key named
+        found = problems(studies, chosen)
+        if found:
+            raise ParamsError(found)
+        stores = [(study, ResultStore(Path(args.results_dir) if args.results_dir
+                                      else results_dir, study.name, args.run_id or run_id))
+                  for study, results_dir, run_id in plans]
+        where = {Path(args.results_dir) if args.results_dir else results_dir
+                 for _, results_dir, _ in plans}
+        for folder in sorted(where):
+            if why := results_problem(folder, [store.root for _, store in stores]):
+                raise ResultsError(f"results folder {folder}: {why}; nothing was run: "
+                                   "give a folder this user can write (--results-dir)")
+    except (ParamsError, DataError, ResultsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    stores = [(study, ResultStore(Path(args.results_dir) if args.results_dir else results_dir,
-                                  study.name, args.run_id or run_id))
-              for study, results_dir, run_id in plans]
     try:
         summaries = run_studies(stores, progress=not args.no_progress,
                                 fresh=args.fresh, power_interval_s=args.power_interval,

@@ -22,11 +22,11 @@ Design:
   (the study models and cells), `window` (a study's steady window), `substrate` (a suite's
   `substrate:`), `plan` (a suite's `plan:`: the planner's priors and order), `schema`
   (profiles, suites, resolved studies), `resolve` (loading and resolving), `cli`
-  (`specrepro check`). Import order, no cycle: errors, tree, validation, strict, window,
+  (what `specrepro check` says of a valid file). Import order, no cycle: errors, tree, validation, strict, window,
   substrate, study, plan, schema, resolve, cli.
 """
 
-from specrepro.params.cli import main, summarize
+from specrepro.params.cli import summarize
 from specrepro.params.errors import ParamsError, Problem
 from specrepro.params.plan import (
     ByStreams,
@@ -81,6 +81,6 @@ __all__ = [
     "NotebookBinding", "Parallel", "ParamsError", "Plan", "Probe", "Problem", "Profile",
     "ResolvedArm", "ResolvedProbe", "ResolvedStudy", "Sampling", "Skip", "SpeculativeConfig",
     "Step", "Strict", "Study", "Suite", "Workload", "check_notebook_params", "load_profile",
-    "load_study", "load_suite", "main", "read_tree", "resolve_all", "resolve_study",
+    "load_study", "load_suite", "read_tree", "resolve_all", "resolve_study",
     "standalone_suite", "summarize",
 ]

@@ -1,16 +1,17 @@
-"""`specrepro check FILE...`: validate params files of any kind and describe each.
+"""The validation half of `specrepro check FILE...` (the command is harness/preflight.py,
+which adds what a run would meet before its engines start): a params file of any kind
+validated and described.
 
 Design:
 - The kind is read from the merged tree: `notebooks:` is a suite, `arms:` a study,
   `engine:` (or a file in a `profiles/` folder) a profile. A suite is resolved notebook by
   notebook (cells and arms listed); a study beside `params/profiles` is resolved against
   that folder; a profile is loaded.
-- Exit status 2 on any error (each file's errors printed to stderr), 0 otherwise.
 """
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from specrepro.params.errors import ParamsError, Problem
@@ -21,7 +22,7 @@ from specrepro.params.resolve import (
     resolve_study,
     standalone_suite,
 )
-from specrepro.params.schema import NOTEBOOK_IDS
+from specrepro.params.schema import NOTEBOOK_IDS, ResolvedStudy
 from specrepro.params.tree import Tree, display_file, read_tree
 
 
@@ -35,8 +36,9 @@ def _kind(tree: Tree, path: Path) -> str:
     return "unknown"
 
 
-def summarize(path: Path | str) -> str:
-    """Validate one file of any kind and describe it in a few lines."""
+def summarize(path: Path | str, resolved: Mapping[str, ResolvedStudy] | None = None) -> str:
+    """Validate one file of any kind and describe it in a few lines (`resolved`: a suite's
+    or a study file's studies by id, where the caller has resolved them already)."""
     path = Path(path)
     kind = _kind(read_tree(path), path)
     if kind == "suite":
@@ -48,7 +50,7 @@ def summarize(path: Path | str) -> str:
             )
         ]
         for nb in [*suite.notebooks, *suite.studies]:
-            st = resolve_study(suite, nb)
+            st = resolved[nb] if resolved else resolve_study(suite, nb)
             n_cells = sum(1 for _ in st.cells())
             arms = ", ".join(f"{a.name}={a.resolved.name}" for a in st.arms)
             kind = "" if nb in suite.notebooks else " (study, no notebook)"
@@ -59,8 +61,11 @@ def summarize(path: Path | str) -> str:
     if kind == "study":
         st = load_study(path)
         profiles = path.parent.parent / "profiles"
-        resolved = st.notebook in NOTEBOOK_IDS and profiles.is_dir()
-        if resolved:  # a study beside params/profiles: check its arms' profiles too
+        given = resolved.get(st.notebook) if resolved else None
+        resolved = given is not None or (st.notebook in NOTEBOOK_IDS and profiles.is_dir())
+        if given is not None:
+            st = given
+        elif resolved:  # a study beside params/profiles: check its arms' profiles too
             st = resolve_study(standalone_suite(path, st.notebook, profiles), st.notebook)
         return (
             f"{path}: study {st.name!r}, {len(st.arms)} arms, "
@@ -82,23 +87,3 @@ def summarize(path: Path | str) -> str:
             )
         ]
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`specrepro check FILE...`: validate params files; exit 2 on the first error."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: specrepro check FILE... (suite, study or profile YAML)")
-        return 0 if argv else 2
-    status = 0
-    for file in argv:
-        try:
-            print(summarize(file))
-        except ParamsError as err:
-            print(f"error: {err}", file=sys.stderr)
-            status = 2
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -119,6 +119,7 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
         "source": tree.prov.locate(())[0],
     }
     study = ResolvedStudy.model_validate(data, strict=False)
+    study._tree = tree
     problems = study.api_problems()  # across the study and its arms' profiles
     if problems:
         raise ParamsError(problems, context)
@@ -161,6 +162,7 @@ def _resolve_arm(
     what = "arm" if part == "arms" else "probe"
     profile = validate(Profile, profile_tree, f"{context}, {what} {arm.name!r}")
     profile._source = display_file(path)
+    profile._tree = profile_tree
     return arm.model_dump() | {"resolved": profile}
 
 

@@ -27,9 +27,9 @@ from pydantic import Field, JsonValue, field_validator
 
 from specrepro import findings
 from specrepro.params.engine_kinds import ATTACHABLE_NAMES, ENGINE_NAMES, KINDS, names_where
-from specrepro.params.errors import Expect, Problem
+from specrepro.params.errors import Expect, Problem, dotted
 from specrepro.params.plan import Plan
-from specrepro.params.strict import PositiveFloat, PositiveInt, Strict
+from specrepro.params.strict import NAME_PATTERN, FolderName, PositiveFloat, PositiveInt, Strict
 from specrepro.params.study import Arm, Study
 from specrepro.params.substrate import Substrate
 from specrepro.params.tree import Tree
@@ -114,7 +114,7 @@ class Hardware(Strict):
 class Profile(Strict):
     """One engine configuration: how to start it, with which flags, on which hardware."""
 
-    name: str
+    name: FolderName  # a launch's log is logs/<arm>--<profile>.log
     engine: Literal[ENGINE_NAMES]  # type: ignore[valid-type]  (params/engine_kinds.py)
     description: str = ""
     command: Annotated[list[str], Expect("an argv list of strings")] | None = None
@@ -140,11 +140,18 @@ class Profile(Strict):
     api: Literal["openai", "native"] = Field(default="openai", exclude_if=lambda v: v == "openai")
 
     _source: str | None = None  # the file it was loaded from (set by the loaders)
+    _tree: Tree | None = None  # its merged tree (resolve.py), for `locate`
 
     @property
     def source(self) -> str | None:
         """The profile file, for error messages of code that reads the profile later."""
         return self._source
+
+    def locate(self, *path: str | int) -> tuple[str, str]:
+        """(file, dotted key) that set a key of the resolved profile: the profile file,
+        or the study or suite whose arm overrides set it (for checks made after loading,
+        harness/preflight.py)."""
+        return _located(self._tree, path, self._source or f"profile {self.name}")
 
     def cross_checks(self) -> list[tuple[tuple, str]]:
         out = []
@@ -223,6 +230,12 @@ class ResolvedStudy(Study):
     probes: list[ResolvedProbe] = Field(default_factory=list)
     notebook_id: str
     source: str  # the file that defined the study
+    _tree: Tree | None = None  # its merged tree (resolve.py), for `locate`
+
+    def locate(self, *path: str | int) -> tuple[str, str]:
+        """(file, dotted key) that set a key of the resolved study: the study file, or the
+        suite's overrides (or a notebook's) that set it."""
+        return _located(self._tree, path, self.source)
 
     def api_problems(self) -> list[Problem]:
         """An arm whose profile says `api: native` (SGLang's /generate, which takes a text,
@@ -237,6 +250,14 @@ class ResolvedStudy(Study):
                 for w in self.workloads if w.form == "chat"]
 
 
+def _located(tree: Tree | None, path: tuple, fallback: str) -> tuple[str, str]:
+    """Where a key of a merged tree was set; the fallback file where there is no tree."""
+    if tree is not None:
+        file, key = tree.prov.locate(path)
+        return file, dotted(key)
+    return fallback, dotted(path)
+
+
 NOTEBOOK_IDS = findings.IDS  # the keys a suite's `notebooks:` may bind: the registry's ids
 
 
@@ -249,10 +270,10 @@ class NotebookBinding(Strict):
 class Suite(Strict):
     """One setup: every notebook's study, bound to this setup's profiles and sizes."""
 
-    name: str
+    name: FolderName  # reports/<name>/ where its reports go
     description: str = ""
     results_dir: str = "../results"  # relative to the suite file
-    run_id: str
+    run_id: FolderName  # each store is <results_dir>/<study>/<run_id>/
     profiles: str = "profiles"  # directory of profile files, relative to the suite file
     profile_map: dict[str, str] = Field(default_factory=dict)  # for every notebook
     notebooks: dict[Literal[NOTEBOOK_IDS], NotebookBinding]  # type: ignore[valid-type]
@@ -262,7 +283,7 @@ class Suite(Strict):
     # Studies no notebook renders (a benchmark such as acceptance parity between engines):
     # bound like a notebook's, run only when named (`specrepro run SUITE --study ID`), and
     # never part of `make all`. Their ids must differ from the notebooks'.
-    studies: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
+    studies: dict[Annotated[str, Field(pattern=NAME_PATTERN)],
                   NotebookBinding] = Field(default_factory=dict)
     # how `specrepro plan` costs and orders its notebooks: priors and the order of value
     # (params/plan.py); null: the planner refuses to plan it, saying so

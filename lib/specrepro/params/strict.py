@@ -15,6 +15,9 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specrepro.params.errors import Expect
+from specrepro.store import NAME_PATTERN as STORE_NAME
+
 
 class Strict(BaseModel):
     """Base of every params model: unknown keys fail, no silent type coercion."""
@@ -32,3 +35,13 @@ class Strict(BaseModel):
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
+
+# A name that becomes one folder or file name under the results folder (a suite's run id, a
+# study's, an arm's and a profile's name: `<results>/<study>/<run_id>/logs/<arm>--<profile>
+# .log`), or a suite's (reports/<suite>/): never a path (`../x`, `a/b`, `.`), so nothing a
+# params file names is written outside the folder it belongs in. The store checks the same
+# for names from the command line; the rule is the store's.
+NAME_PATTERN = f"^{STORE_NAME}$"
+FolderName = Annotated[str, Field(pattern=NAME_PATTERN), Expect(
+    "one folder name (letters, digits, '_', '.', '+', '-', not starting with '.' or '-'; "
+    "it names a folder or file under the results folder, never a path)")]

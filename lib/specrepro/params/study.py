@@ -27,7 +27,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, JsonValue, field_validator
 
 from specrepro.params.errors import Expect, duplicates, one_of
-from specrepro.params.strict import NonNegInt, PositiveInt, Strict
+from specrepro.params.strict import FolderName, NonNegInt, PositiveInt, Strict
 from specrepro.params.window import Interleave, Window
 
 # prose: held-out WikiText-2 continuations standing in for the articles' essays (workloads.py)
@@ -86,7 +86,7 @@ class Sampling(Strict):
 
 
 class Arm(Strict):
-    name: str
+    name: FolderName  # its engine's log is logs/<arm>--<profile>.log
     profile: str  # a profile file's name, without .yaml
     overrides: dict[str, JsonValue] = Field(default_factory=dict)
     label: str | None = None
@@ -193,7 +193,7 @@ class Study(Strict):
     RETIRED: ClassVar[dict[str, str]] = {"mode": FIXED_WINDOW_RETIRED,
                                          "window_s": FIXED_WINDOW_RETIRED}
 
-    name: str
+    name: FolderName  # its store is <results>/<name>/<run_id>/
     notebook: str
     finding: str = ""
     arms: Annotated[list[Arm], Field(min_length=1)]

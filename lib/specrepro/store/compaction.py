@@ -15,7 +15,14 @@ checked before anything is deleted, and each run again changes nothing:
   session in its `session_id` column;
 - engine logs gzipped, one gzip member per launch (`pack_log`; the runner packs each log
   when its engine stops, compact those a killed session left).
-Run it on a store no session is writing.
+What it acts on (`stores`): the folder it is pointed at where that is a store (a run's
+folder: `manifest.json`, `cells/` or `requests/`), else the stores one level below it (a
+study's runs) or two (a results folder's `<study>/<run_id>`, as `results/default`), listed
+before it acts; nothing deeper is searched, so pointing it at `/tmp` or a home folder
+touches no store that happens to lie somewhere below. A store a session is writing
+(sharing.hold_live) is refused, naming the session; a damaged or missing manifest is
+rebuilt (manifest_rebuild.py) and reported; a store that fails is reported and the next
+one compacted (exit status 1 where any store was refused, lost rows or failed).
 """
 from __future__ import annotations
 
@@ -36,11 +43,13 @@ from specrepro.store.files import (
     table_files,
     temp_parquet,
 )
-from specrepro.store.integrity import SetAside, read_table_file, verify_files
+from specrepro.store.integrity import SetAside, first_line, read_table_file, verify_files
+from specrepro.store.loaders import requests_missing
+from specrepro.store.manifest_rebuild import MANIFEST, rebuild
 from specrepro.store.result_store import ResultStore
 from specrepro.store.rows import ResultsError
 from specrepro.store.schema import LEGACY_ITL
-from specrepro.store.sharing import locked
+from specrepro.store.sharing import ManifestDamaged, locked, quiet, read_manifest
 
 
 def pack_log(path: Path | str) -> Path:
@@ -80,6 +89,15 @@ def compact_store(store: ResultStore) -> dict[str, int | list[SetAside]]:
     set aside, `quarantined` (integrity.SetAside, one a file)."""
     quarantined = [bad for t in KEYS  # main reports them
                    for bad in verify_files(table_files(store.root, t), t, say=False)]
+    manifest = None  # what was wrong with the manifest, where it was rebuilt
+    try:
+        read_manifest(store.root)
+        if not store.manifest_path.exists() and table_files(store.root, "cells"):
+            manifest = "missing"
+            rebuild(store.root, None)
+    except ManifestDamaged as err:
+        manifest = err.problem
+        rebuild(store.root, err)
     done: dict = store.merge()
     store.dedupe_manifest()
     done["upgraded"] = upgrade_requests(store)
@@ -87,6 +105,11 @@ def compact_store(store: ResultStore) -> dict[str, int | list[SetAside]]:
     done["logs_packed"] = len([pack_log(f) for f in sorted(store.logs_dir.glob("*.log"))])
     if quarantined:
         done["quarantined"] = quarantined
+    if manifest:
+        done["manifest"] = manifest
+    lost = requests_missing(store.root)
+    if lost.height:
+        done["requests_missing"] = lost.height
     return done
 
 
@@ -146,14 +169,50 @@ def _per_token(chunk_tokens: list[int]) -> list[int]:
     return out[1:]
 
 
-def compact(path: Path | str) -> dict[Path, dict[str, int]]:
-    """`compact_store` on every run folder at or under path (a results dir, a study, a
-    run). Returns {run folder: what compact_store returned for it}."""
+def stores(path: Path | str) -> list[Path]:
+    """The stores `specrepro compact` acts on for a folder: the folder itself where it is
+    one, else those one level below it, else two (module docstring); never deeper."""
     root = Path(path)
-    runs = sorted({f.parent.parent for t in KEYS for f in table_files(root, t)}
-                  | {m.parent for m in root.glob("**/manifest.json")})
+    if _is_store(root):
+        return [root]
+    for pattern in ("*", "*/*"):
+        found = sorted(d for d in root.glob(pattern) if d.is_dir() and _is_store(d))
+        if found:
+            return found
+    return []
+
+
+def _is_store(d: Path) -> bool:
+    return (d / MANIFEST).is_file() or (d / "cells").is_dir() or (d / "requests").is_dir()
+
+
+def compact(path: Path | str) -> dict[Path, dict[str, int]]:
+    """`compact_store` on every store `stores(path)` finds (a run's folder, a study's, a
+    results folder). Returns {run folder: what compact_store returned for it}."""
     return {run: compact_store(ResultStore(run.parent.parent, run.parent.name, run.name))
-            for run in runs}
+            for run in stores(path)}
+
+
+class StoreLive(ResultsError):
+    """A session is writing the store: compaction would rewrite its files under it."""
+
+
+def compact_quiet(run: Path) -> dict:
+    """compact_store on one store that no session is writing (sharing.quiet), held so
+    while it runs; StoreLive naming the running sessions where one is."""
+    try:
+        with quiet(run):
+            return compact_store(ResultStore(run.parent.parent, run.parent.name, run.name))
+    except BlockingIOError:
+        try:
+            live = [s for s in read_manifest(run)["sessions"] if s.get("status") == "running"]
+        except ManifestDamaged:
+            live = []
+        who = "; ".join(f"session {s.get('session_id')} (pid {s.get('pid', '?')} on "
+                        f"{(s.get('host') or {}).get('hostname', '?')}, started "
+                        f"{s.get('started_at')})" for s in live) or "a session"
+        raise StoreLive(f"a run is writing it ({who}): not compacted; compact it once the "
+                        "run has ended") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,30 +220,72 @@ def main(argv: list[str] | None = None) -> int:
     killed sessions, fold session files, rewrite legacy requests, gzip engine logs)."""
     ap = argparse.ArgumentParser(prog="specrepro compact", description=main.__doc__)
     ap.add_argument("dirs", nargs="+", type=Path,
-                    help="a results dir (results/default), a study's folder or one run's")
+                    help="a run's folder (results/default/07_the_bill/default), a study's "
+                         "folder (its runs) or a results folder (results/default: its "
+                         "studies' runs); nothing deeper is searched")
     args = ap.parse_args(argv)
-    missing = [str(d) for d in args.dirs if not d.is_dir()]
+    missing = [str(d) for d in args.dirs if not d.exists()]
     if missing:
         print(f"specrepro compact: no such directory: {', '.join(missing)}", file=sys.stderr)
         return 2
+    files = [str(d) for d in args.dirs if not d.is_dir()]
+    if files:
+        print(f"specrepro compact: not a folder: {', '.join(files)} (give a run's folder, a "
+              "study's or a results folder)", file=sys.stderr)
+        return 2
+    found = {d: stores(d) for d in args.dirs}
+    empty = [str(d) for d, runs in found.items() if not runs]
+    if empty:
+        print(f"specrepro compact: no results store in {', '.join(empty)} nor one or two "
+              "levels below it (a store is a run's folder, <results>/<study>/<run_id>, "
+              "holding manifest.json, cells/ or requests/); nothing was changed",
+              file=sys.stderr)
+        return 2
     code = 0
-    for d in args.dirs:
-        for run, merged in compact(d).items():
-            for bad in merged.get("quarantined", []):
-                print(f"{run}: set aside {bad.path.relative_to(run)}: {bad.problem} -> "
-                      + (str(bad.moved_to.relative_to(run)) if bad.moved_to else "not moved")
-                      + (f" ({bad.note})" if bad.note else ""))
+    for d, runs in found.items():
+        print(f"specrepro compact: {len(runs)} store{'s' if len(runs) != 1 else ''} in {d}: "
+              + ", ".join(str(r.relative_to(d)) if r != d else "." for r in runs), flush=True)
+        for run in runs:
+            try:
+                merged = compact_quiet(run)
+            except (ResultsError, OSError) as err:  # reported; the next store is compacted
+                print(f"{run}: {err if isinstance(err, StoreLive) else first_line(err)}",
+                      flush=True)
                 code = 1
-            files = {t: len(list((run / t).glob("session-*.parquet"))) for t in KEYS}
-            print(f"{run}: merged {merged.get('cells', 0)} cells and "
-                  f"{merged.get('requests', 0)} requests parts; now {files['cells']} cells "
-                  f"and {files['requests']} requests files"
-                  + (f"; {merged['upgraded']} requests files rewritten from per-token gaps "
-                     "to chunks" if merged.get("upgraded") else "")
-                  + (f"; {merged['folded']} session files folded into {ALL_SESSIONS}"
-                     if merged.get("folded") else "")
-                  + (f"; {merged['logs_packed']} logs gzipped" if merged.get("logs_packed")
-                     else "")
-                  + (f"; {len(merged['quarantined'])} damaged files set aside in quarantine/"
-                     if merged.get("quarantined") else ""))
+                continue
+            code = max(code, report(run, merged))
+    return code
+
+
+def report(run: Path, merged: dict) -> int:
+    """What compaction did to one store, one line each: a file set aside, a manifest
+    rebuilt, requests not stored, then the summary; 1 where the store lost anything."""
+    code = 0
+    for bad in merged.get("quarantined", []):
+        print(f"{run}: set aside {bad.path.relative_to(run)}: {bad.problem} -> "
+              + (str(bad.moved_to.relative_to(run)) if bad.moved_to else "not moved")
+              + (f" ({bad.note})" if bad.note else ""))
+        code = 1
+    if merged.get("manifest"):
+        what = ("was missing:" if merged["manifest"] == "missing"
+                else f"was damaged ({merged['manifest']}): set aside in quarantine/ and")
+        print(f"{run}: {MANIFEST} {what} rebuilt from the cells rows (each session's "
+              "params, command and engine argv lost)")
+        code = 1
+    if merged.get("requests_missing"):
+        print(f"{run}: the requests of {merged['requests_missing']} cells are not stored: "
+              "`specrepro run` measures them again")
+        code = 1
+    files = {t: len(list((run / t).glob("session-*.parquet"))) for t in KEYS}
+    print(f"{run}: merged {merged.get('cells', 0)} cells and "
+          f"{merged.get('requests', 0)} requests parts; now {files['cells']} cells "
+          f"and {files['requests']} requests files"
+          + (f"; {merged['upgraded']} requests files rewritten from per-token gaps "
+             "to chunks" if merged.get("upgraded") else "")
+          + (f"; {merged['folded']} session files folded into {ALL_SESSIONS}"
+             if merged.get("folded") else "")
+          + (f"; {merged['logs_packed']} logs gzipped" if merged.get("logs_packed")
+             else "")
+          + (f"; {len(merged['quarantined'])} damaged files set aside in quarantine/"
+             if merged.get("quarantined") else ""), flush=True)
     return code

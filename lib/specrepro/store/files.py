@@ -114,6 +114,17 @@ def read_rows(files: Iterable[Path], table: str) -> pl.DataFrame:
     return pl.concat(frames, how="vertical").unique(keys, keep="first", maintain_order=True)
 
 
+def read_keys(files: Iterable[Path], table: str) -> pl.DataFrame:
+    """The keys (`KEYS[table]`) these files hold, each once, read alone (a requests file's
+    timing and texts are most of its bytes); a damaged file is set aside as `read_rows`
+    sets it aside."""
+    keys = KEYS[table]
+    frames = [df for f in files if (df := read_table_file(f, table, keys)) is not None]
+    if not frames:
+        return empty({k: (CELL_SCHEMA if table == "cells" else REQUEST_SCHEMA)[k] for k in keys})
+    return pl.concat(frames, how="vertical").unique(keys)
+
+
 def _session_named(df: pl.DataFrame, f: Path) -> pl.DataFrame:
     """Cells rows written before rows named their session take it from their file's name
     (`session-<id>.parquet`, `<cell>-a<n>--<id>.parquet`), so folding files keeps it."""

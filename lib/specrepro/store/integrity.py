@@ -36,7 +36,7 @@ from pathlib import Path
 import polars as pl
 
 from specrepro.store.schema import ADDED_COLUMNS, CELL_SCHEMA, LEGACY_ITL, REQUEST_SCHEMA
-from specrepro.store.sharing import locked, read_manifest, write_json
+from specrepro.store.sharing import ManifestDamaged, locked, read_manifest, write_json
 
 QUARANTINE = "quarantine"  # the folder of a store's set-aside files
 MAGIC = b"PAR1"  # a Parquet file begins and ends with it
@@ -80,7 +80,7 @@ def damage(f: Path, table: str) -> str | None:
     except FileNotFoundError:
         raise
     except (pl.exceptions.PolarsError, OSError, pl.exceptions.PanicException) as err:
-        return f"unreadable footer ({_first_line(err)})"
+        return f"unreadable footer ({first_line(err)})"
     return wrong_schema(found, table)
 
 
@@ -108,7 +108,7 @@ def read_table_file(f: Path, table: str,
         except FileNotFoundError:
             raise
         except (pl.exceptions.PolarsError, OSError, pl.exceptions.PanicException) as err:
-            problem = f"unreadable ({_first_line(err)})"
+            problem = f"unreadable ({first_line(err)})"
     set_aside(f, table, problem)
     return None
 
@@ -124,7 +124,7 @@ def verify_files(files: Iterable[Path], table: str, say: bool = True) -> list[Se
                 pl.read_parquet(f)
                 continue
             except (pl.exceptions.PolarsError, OSError, pl.exceptions.PanicException) as err:
-                problem = f"unreadable ({_first_line(err)})"
+                problem = f"unreadable ({first_line(err)})"
         out.append(set_aside(f, table, problem, say))
     return out
 
@@ -135,9 +135,9 @@ def set_aside(f: Path, table: str, problem: str, say: bool = True) -> SetAside:
     root = f.parent.parent  # <store>/<table>/<name>
     note = ""
     try:
-        moved: Path | None = _move(f, root / QUARANTINE, f"{table}--{f.name}")
+        moved: Path | None = move_aside(f, root / QUARANTINE, f"{table}--{f.name}")
     except OSError as err:  # a read-only store: say so, and read on without it
-        moved, note = None, f"could not move it to {root / QUARANTINE}: {_first_line(err)}"
+        moved, note = None, f"could not move it to {root / QUARANTINE}: {first_line(err)}"
     if moved is not None:
         try:
             _record(root, {"file": str(f.relative_to(root)),
@@ -145,15 +145,15 @@ def set_aside(f: Path, table: str, problem: str, say: bool = True) -> SetAside:
                            "at": dt.datetime.now(dt.UTC).isoformat(),
                            "by": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])})
             note = f"recorded in {root / 'manifest.json'}"
-        except (OSError, TimeoutError) as err:
-            note = f"not recorded in the manifest: {_first_line(err)}"
+        except (OSError, TimeoutError, ManifestDamaged) as err:
+            note = f"not recorded in the manifest: {first_line(err)}"
     done = SetAside(f, problem, moved, note)
     if say:
         print(done.line(), file=sys.stderr, flush=True)
     return done
 
 
-def _move(f: Path, folder: Path, name: str) -> Path:
+def move_aside(f: Path, folder: Path, name: str) -> Path:
     """f linked into folder under name (or name.2, name.3, ... where that exists: link
     never replaces a file) and then unlinked from where it was."""
     folder.mkdir(exist_ok=True)
@@ -177,13 +177,19 @@ def _move(f: Path, folder: Path, name: str) -> Path:
 
 
 def _record(root: Path, entry: dict) -> None:
-    """Append entry to the manifest's `quarantined` list (under the root's lock)."""
+    """Append entry to the manifest's `quarantined` list (under the root's lock). A store
+    without a manifest, or with a damaged one, is not given one here: its rebuild
+    (manifest_rebuild.py) lists the quarantine folder's files."""
+    if not (root / "manifest.json").is_file():
+        raise FileNotFoundError(f"{root / 'manifest.json'} is missing: the next run or "
+                                "`specrepro compact` rebuilds it, this file listed")
     with locked(root, wait_s=MANIFEST_WAIT_S):
         manifest = read_manifest(root)
         manifest.setdefault("quarantined", []).append(entry)
         write_json(manifest, root / "manifest.json")
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """An error as one line: its type and its message's first line."""
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")

@@ -3,7 +3,10 @@
 Design: a loader takes a run folder or any folder above one (a study, a results dir) and
 reads every table file under it, merged files and parts alike (files.read_rows: each key
 once, damaged files set aside). Per cell the latest attempt whose status is `ok` counts;
-failed and interrupted attempts stay on disk and in `load_attempts`. Readers take no lock:
+failed and interrupted attempts stay on disk and in `load_attempts`. `requests_missing`
+names the chosen attempts whose requests are not all stored (a requests file set aside in
+quarantine/, or removed): such a cell is not done (`ResultStore.completed_cell_ids`), so a
+run measures it again; its cells row stays readable meanwhile. Readers take no lock:
 a part another session merges away between the listing and the read is read again
 (sharing.vanishing_parts_retried), its rows then in the merged file.
 """
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from specrepro.store.files import KEYS, read_rows, table_files
+from specrepro.store.files import KEYS, read_keys, read_rows, table_files
 from specrepro.store.rows import empty
 from specrepro.store.schema import CELL_SCHEMA, REQUEST_SCHEMA
 from specrepro.store.sharing import vanishing_parts_retried
@@ -104,3 +107,74 @@ def shared_requests(root: Path, cells: pl.DataFrame, own: set[tuple[str, str]]
                                             pl.lit(row["study"]).alias("study"),
                                             pl.lit(row["run_id"]).alias("run_id")))
     return out
+
+
+def requests_missing(path: Path | str, cells: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The attempts `load_cells` chooses under path whose requests are not all stored:
+    fewer request rows than the attempt's `n_requests` (a requests file set aside in
+    quarantine/, or removed). A copy filed from another study's attempt (`shared_from`)
+    holds none of its own: it counts as missing where its measured attempt is, in the
+    store beside it. Columns: study, run_id, cell_id, attempt, n_requests, stored (rows
+    found; `cells`: load_cells(path), where the caller has them). Reads the requests
+    files' keys only."""
+    root = Path(path)
+    cells = load_cells(root) if cells is None else cells
+    if "shared_from" not in cells.columns:  # pragma: no cover - the schema has it
+        cells = cells.with_columns(pl.lit(None, pl.String).alias("shared_from"))
+    out = [_own_missing(root, cells.filter(pl.col("shared_from").is_null()))]
+    copies = cells.filter(pl.col("shared_from").is_not_null())
+    for (study, run_id), rows in copies.group_by(["study", "run_id"], maintain_order=True):
+        run = _run_folder(root, study, run_id)
+        by_src: dict[str, list[dict]] = {}
+        for row in rows.iter_rows(named=True):
+            by_src.setdefault(row["shared_from"].partition("/")[0], []).append(row)
+        for src_study, items in by_src.items():
+            src = run.parent.parent / src_study / run.name if run is not None else None
+            measured = load_cells(src) if src is not None and src.is_dir() else None
+            found = set() if measured is None else set(measured["cell_id"].to_list())
+            lost = set() if measured is None else set(
+                _own_missing(src, measured.filter(pl.col("shared_from").is_null()))["cell_id"]
+                .to_list())
+            gone = [r for r in items if (c := r["shared_from"].partition("/")[2]) not in found
+                    or c in lost]
+            if gone:
+                out.append(pl.DataFrame(
+                    [{"study": r["study"], "run_id": r["run_id"], "cell_id": r["cell_id"],
+                      "attempt": r["attempt"], "n_requests": r["n_requests"], "stored": 0}
+                     for r in gone], schema=MISSING_SCHEMA))
+    return pl.concat(out, how="vertical")
+
+
+MISSING_SCHEMA = {"study": pl.String, "run_id": pl.String, "cell_id": pl.String,
+                  "attempt": pl.Int64, "n_requests": pl.Int64, "stored": pl.Int64}
+
+
+def _run_folder(root: Path, study: str, run_id: str) -> Path | None:
+    """The run folder of (study, run_id) at or under root."""
+    for run in {f.parent.parent for f in table_files(root, "cells")}:
+        if (run.parent.name, run.name) == (study, run_id):
+            return run
+    return None
+
+
+def _own_missing(root: Path, cells: pl.DataFrame) -> pl.DataFrame:
+    """Of these measured attempts (no copies), those with fewer stored request rows than
+    their `n_requests`, counted per run folder (requests rows name no study or run)."""
+    want = cells.filter(pl.col("n_requests").fill_null(0) > 0)
+    if not want.height:
+        return pl.DataFrame(schema=MISSING_SCHEMA)
+    by_run: dict[Path, list[Path]] = {}
+    for f in table_files(root, "requests"):
+        by_run.setdefault(f.parent.parent, []).append(f)
+    counts = [read_keys(files, "requests").group_by(KEYS["cells"]).len("stored")
+              .with_columns(pl.lit(run.parent.name).alias("study"),
+                            pl.lit(run.name).alias("run_id"))
+              for run, files in by_run.items()]
+    keys = ["study", "run_id", *KEYS["cells"]]
+    stored = (pl.concat(counts, how="vertical").select(*keys, pl.col("stored").cast(pl.Int64))
+              if counts else pl.DataFrame(schema={k: MISSING_SCHEMA[k] for k in
+                                                  [*keys, "stored"]}))
+    return (want.select(*keys, "n_requests").join(stored, on=keys, how="left")
+            .with_columns(pl.col("stored").fill_null(0))
+            .filter(pl.col("stored") < pl.col("n_requests"))
+            .select(list(MISSING_SCHEMA)))

@@ -27,14 +27,21 @@ Design (docs/architecture.md "Contract: results"):
   session of the manifest that was running when the attempt started (`session-unknown`
   where none was). It runs under an exclusive flock on the table folder, so two merges
   never race; merging again changes nothing (files.merge_parts).
-- Resume: `completed_cell_ids()` are the cells with an `ok` attempt; a re-run skips them.
+- Resume: `completed_cell_ids()` are the cells with an `ok` attempt whose requests are all
+  stored (loaders.requests_missing: a requests file set aside or removed makes its cells
+  pending again, said in one line); a re-run skips them.
   The loaders (loaders.py) return, per cell, the latest `ok` attempt; failed attempts stay
   on disk.
   Attempt numbers continue from the highest on disk, parts and merged files alike.
 - Manifest: begin_session(info) takes what only the caller knows (`params`: the resolved
   study; `engines`: name, version, flags, argv; `models`: ids and revisions) and adds git
   commit and dirty flag, package versions, host, GPU/driver/CUDA (NVML) and the start time;
-  update_session() adds engines as they launch, end_session() the end time.
+  update_session() adds engines as they launch, end_session() the end time. A session
+  holds the store's live mark from begin to end (sharing.hold_live: `specrepro compact`
+  refuses the store meanwhile) and records its pid. A damaged manifest, or one missing
+  from a store with files, is rebuilt before it is read (manifest_rebuild.py); `study`
+  and `run_id` are one folder name each (`NAME`), so a store never leaves its results
+  folder.
 - Columns: schema.py (every file has the same columns and types; rows.normalize).
 - Damage: every file is read through integrity.read_table_file, which sets a
   damaged one (empty, truncated, wrong schema) aside in `<store>/quarantine/`, records it
@@ -44,7 +51,9 @@ Design (docs/architecture.md "Contract: results"):
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
+import sys
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -57,7 +66,8 @@ from specrepro.identity import jsonable
 from specrepro.provenance import git_state, gpu_info, host_info, package_versions
 from specrepro.store.files import KEYS, MERGED, PART, UNKNOWN_SESSION, merge_parts, write_part
 from specrepro.store.integrity import read_table_file
-from specrepro.store.loaders import load_attempts, load_cells, load_requests
+from specrepro.store.loaders import load_attempts, load_cells, load_requests, requests_missing
+from specrepro.store.manifest_rebuild import checked_manifest
 from specrepro.store.rows import ResultsError, frame, normalize
 from specrepro.store.schema import (
     CELL_REQUIRED,
@@ -66,7 +76,21 @@ from specrepro.store.schema import (
     REQUEST_SCHEMA,
     STATUSES,
 )
-from specrepro.store.sharing import SAME_AS, locked, read_manifest, resolve_params_refs, write_json
+from specrepro.store.sharing import (
+    SAME_AS,
+    hold_live,
+    locked,
+    read_manifest,
+    resolve_params_refs,
+    write_json,
+)
+
+# A study's and a run's name are one folder each under the results folder: never a path
+# (`../x`, `a/b`, `.`), so a store stays inside it. The one home of the rule: params checks
+# a params file's names with it (params/strict.FolderName: file and key named), the run
+# command its --run-id, and the store here whatever reaches it.
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
+NAME = re.compile(NAME_PATTERN)
 
 
 def now() -> dt.datetime:
@@ -86,6 +110,11 @@ class ResultStore:
     """One run of one study: `<results_dir>/<study>/<run_id>/`."""
 
     def __init__(self, results_dir: Path | str, study: str, run_id: str):
+        for what, name in (("study", study), ("run_id", run_id)):
+            if not isinstance(name, str) or not NAME.fullmatch(name):
+                raise ResultsError(f"{what} {name!r}: expected one folder name (letters, "
+                                   "digits, '_', '.', '-', not starting with '.' or '-'), so "
+                                   f"the store stays inside the results folder {results_dir}")
         self.study, self.run_id = study, run_id
         self.root = Path(results_dir) / study / run_id
         self.cells_dir = self.root / "cells"
@@ -93,6 +122,7 @@ class ResultStore:
         self.logs_dir = self.root / "logs"
         self.manifest_path = self.root / "manifest.json"
         self.session_id: str | None = None
+        self._live: int | None = None  # the live mark's descriptor (sharing.hold_live)
         self._attempts: dict[str, int] | None = None  # cell_id -> highest attempt on disk
 
     # -- manifest -----------------------------------------------------------------
@@ -100,8 +130,10 @@ class ResultStore:
     def _raw_manifest(self) -> dict[str, Any]:
         """manifest.json as stored: a session whose params equal an earlier session's holds
         `{"same_as_session": <id>}` instead of a copy (many sessions of one study, as arms
-        run side by side, would otherwise store the whole resolved study each)."""
-        return read_manifest(self.root)
+        run side by side, would otherwise store the whole resolved study each). A damaged
+        one, or one missing from a store with files, is rebuilt first (manifest_rebuild.py);
+        under the root's lock read it with `read_manifest`, having called this before."""
+        return checked_manifest(self.root)
 
     def manifest(self) -> dict[str, Any]:
         """The manifest with every session's params whole (references resolved)."""
@@ -111,14 +143,18 @@ class ResultStore:
         """Append a session to manifest.json: the caller's info (resolved params, engines
         with name/version/flags/argv, model ids and revisions) plus what the store finds
         itself (git, package versions, host, GPU, start time). Returns the session."""
+        self._raw_manifest()  # a damaged or missing one rebuilt, before the lock is taken
         for d in (self.cells_dir, self.requests_dir, self.logs_dir):
             d.mkdir(parents=True, exist_ok=True)
+        if self._live is None:
+            self._live = hold_live(self.root)  # compact leaves the store alone meanwhile
         self.session_id = f"{now():%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
         session = {
             "session_id": self.session_id,
             "started_at": now().isoformat(),
             "ended_at": None,
             "status": "running",
+            "pid": os.getpid(),
             "git": git_state(),
             "packages": package_versions(),
             "host": host_info(),
@@ -130,7 +166,7 @@ class ResultStore:
             **jsonable(dict(manifest_info or {})),
         }
         with locked(self.root):  # another session may be editing it (runner: --arm)
-            manifest = self._raw_manifest()
+            manifest = read_manifest(self.root)
             stored = dict(session)
             if session["params"] is not None:
                 same = _same_params(resolve_params_refs(manifest)["sessions"],
@@ -170,13 +206,19 @@ class ResultStore:
             if error:
                 session["merge_error"] = error
 
-        return self._edit_session(change)
+        try:
+            return self._edit_session(change)
+        finally:
+            if self._live is not None:  # the store is no longer being written
+                os.close(self._live)
+                self._live = None
 
     def _edit_session(self, change: Any) -> dict[str, Any]:
         if self.session_id is None:
             raise ResultsError(f"{self.root}: no session begun (call begin_session first)")
+        self._raw_manifest()  # rebuilt before the lock where it was damaged meanwhile
         with locked(self.root):
-            manifest = self._raw_manifest()
+            manifest = read_manifest(self.root)
             session = next(s for s in manifest["sessions"]
                            if s["session_id"] == self.session_id)
             change(session)
@@ -251,9 +293,18 @@ class ResultStore:
         return df
 
     def completed_cell_ids(self) -> set[str]:
-        """Cells with an ok attempt in this run: a re-run skips them."""
-        ok = load_attempts(self.root).filter(pl.col("status") == "ok")
-        return set(ok["cell_id"].to_list())
+        """Cells with an ok attempt in this run whose requests are all stored: a re-run
+        skips them. One whose requests are not (a requests file set aside in quarantine/,
+        or removed: loaders.requests_missing) is measured again, said in one line."""
+        cells = load_cells(self.root)
+        lost = requests_missing(self.root, cells)
+        if lost.height:
+            print(f"specrepro: {self.root}: the requests of {lost.height} cells with an ok "
+                  f"attempt are not stored ({lost['stored'].sum()} of "
+                  f"{lost['n_requests'].sum()} rows found: a requests file was set aside in "
+                  f"{self.root / 'quarantine'}/ or removed); they are measured again",
+                  file=sys.stderr, flush=True)
+        return set(cells["cell_id"].to_list()) - set(lost["cell_id"].to_list())
 
     def load_attempts(self) -> pl.DataFrame:
         return load_attempts(self.root)
@@ -279,8 +330,9 @@ class ResultStore:
         sessions became references."""
         if not self.manifest_path.is_file():
             return 0
+        self._raw_manifest()  # a damaged one rebuilt before the lock is taken
         with locked(self.root):
-            raw = self._raw_manifest()
+            raw = read_manifest(self.root)
             whole = resolve_params_refs(raw)["sessions"]
             n = 0
             for i, (s, full) in enumerate(zip(raw["sessions"], whole, strict=True)):

@@ -16,7 +16,11 @@ Design:
   (`SAME_AS`), and `resolve_params_refs` gives every session its params back on reading.
 - The manifest as a file (`read_manifest`, `write_json`: temp file + rename) lives here, so
   both the store (result_store.py) and what sets a damaged file aside (integrity.py) edit
-  it under `locked(root)` the same way.
+  it under `locked(root)` the same way; a file that is no manifest (empty, truncated, not
+  an object of sessions) raises `ManifestDamaged`, which manifest_rebuild.py answers.
+- A live session (`hold_live`): a shared flock on the store's `logs/` folder from
+  begin_session to end_session; `quiet(root)` takes it exclusively without waiting, so
+  `specrepro compact` never rewrites a store, nor gzips a log, that a run is writing.
 """
 
 from __future__ import annotations
@@ -80,12 +84,84 @@ def locked(folder: Path, wait_s: float | None = None):
         os.close(fd)  # closing releases the lock
 
 
+class ManifestDamaged(ValueError):
+    """A manifest.json that is not a manifest: empty, not JSON (a truncated write), or
+    JSON of another shape. `path` names it and `problem` says what is wrong, in words;
+    manifest_rebuild.py sets it aside and rebuilds it from the store's files."""
+
+    def __init__(self, path: Path, problem: str):
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"{path}: {problem}")
+
+
+def manifest_problem(text: bytes) -> str | None:
+    """What makes these bytes no manifest (None: a manifest): empty, not UTF-8, not JSON
+    (where the parse stopped, of how many bytes: a truncated write stops at the end), or
+    not an object with a list of session objects."""
+    if not text.strip():
+        return f"empty ({len(text)} bytes)"
+    try:
+        data = json.loads(text.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        return f"not UTF-8 text (byte {err.start} of {len(text):,})"
+    except json.JSONDecodeError as err:
+        end = " (the end of the file: truncated)" if err.pos >= len(text.rstrip()) else ""
+        return (f"not JSON: {err.msg} at line {err.lineno} column {err.colno}, byte "
+                f"{err.pos:,} of {len(text):,}{end}")
+    if not isinstance(data, dict):
+        return f"not a JSON object (a {type(data).__name__})"
+    sessions = data.get("sessions")
+    if not isinstance(sessions, list) or not all(isinstance(s, dict) for s in sessions):
+        return "no list of session objects under 'sessions'"
+    return None
+
+
+LIVE_FOLDER = "logs"  # the folder whose flock says a session is writing the store
+
+
+def hold_live(root: Path) -> int:
+    """Mark the store as written by a live session: a shared flock on its `logs/` folder,
+    held until the returned descriptor is closed (end_session); the kernel drops it when
+    the process dies, SIGKILL included, so a killed run leaves no stale mark. Sessions of
+    one store (`--arm`) hold it side by side; one that starts while `specrepro compact`
+    holds it exclusively waits for the compaction to end."""
+    import fcntl
+
+    folder = Path(root) / LIVE_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)  # not inherited by an engine's process (PEP 446)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+@contextlib.contextmanager
+def quiet(root: Path):
+    """The store with no live session, held so while the block runs (an exclusive flock
+    on `logs/`, not waited for): BlockingIOError where a session is writing it."""
+    import fcntl
+
+    folder = Path(root) / LIVE_FOLDER
+    if not folder.is_dir():  # no session ever began here: none is live
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
 def read_manifest(root: Path) -> dict[str, Any]:
     """`<root>/manifest.json` as stored (params references unresolved), or the empty
-    manifest of the run `<study>/<run_id>` that root names."""
+    manifest of the run `<study>/<run_id>` that root names where there is none;
+    ManifestDamaged where the file is no manifest (`manifest_problem`)."""
     path = Path(root) / "manifest.json"
     if path.is_file():
-        return json.loads(path.read_text())
+        text = path.read_bytes()
+        if problem := manifest_problem(text):
+            raise ManifestDamaged(path, problem)
+        return json.loads(text)
     return {"study": Path(root).parent.name, "run_id": Path(root).name, "sessions": []}
 
 

@@ -121,6 +121,16 @@ class EngineAdapter:
     # specific answer before a more general one); None: never found behind a URL.
     detect_rank: ClassVar[int | None] = None
     threads_flag: ClassVar[str | None] = None  # the engine's CPU-threads flag, if it has one
+    # What the engine refuses at its start that a profile already shows, checked before any
+    # engine starts (harness/preflight.py): flags whose value must be a positive integer (a
+    # count of request slots or of tokens), the flag that sets its context length (where a
+    # profile sets none: `default_context`, else the model's config.json
+    # max_position_embeddings), the largest draft count it takes (None: no bound known from
+    # its source), and whether its model must be a local folder (it loads no hub id).
+    positive_flags: ClassVar[tuple[str, ...]] = ()
+    context_flag: ClassVar[str | None] = None
+    max_draft_tokens: ClassVar[int | None] = None
+    local_model: ClassVar[bool] = False
     # How the engine writes torch.profiler traces to a folder, between POST /start_profile
     # and POST /stop_profile (harness/profiling.py): the flags and environment that turn it
     # on, "{dir}" standing for the folder. Empty: this harness cannot turn one on.
@@ -139,6 +149,15 @@ class EngineAdapter:
     def cpu_threads(self, profile: Profile) -> int | None:
         """The CPU threads the engine computes with (None: as many CPUs as it is given)."""
         return None
+
+    def default_context(self) -> int | None:
+        """The context length where a profile sets none; None: the model's own."""
+        return None
+
+    def flag(self, profile: Profile, name: str) -> tuple[str, Any] | None:
+        """(the key as the profile writes it, its value) of one of its flags (`--max-num-seqs`
+        matches `max-num-seqs`, `max_num_seqs`), or None where the profile sets none."""
+        return next(((k, v) for k, v in profile.flags.items() if flag_name(k) == name), None)
 
     def profiled(self, profile: Profile, out_dir: str | Path) -> Profile:
         """The profile with its engine's profiler turned on, writing to out_dir."""

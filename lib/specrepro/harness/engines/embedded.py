@@ -41,6 +41,16 @@ class EmbeddedAdapter(VLLMAdapter):
         return super().answers_as(probe) and self.VERSION_MARK in str(body.get("version"))
     threads_flag = "--threads"
     profiling: ClassVar[dict[str, dict]] = {"flags": {"profile-dir": "{dir}"}}
+    # embedded/config.EngineConfig refuses each below 1 at start; speculative.SpecConfig
+    # refuses more drafts than MAX_DRAFT_TOKENS; it loads a local checkpoint folder only
+    positive_flags = ("--max-num-seqs", "--max-model-len", "--max-num-batched-tokens",
+                      "--max-waiting")
+    max_draft_tokens = speculative.MAX_DRAFT_TOKENS
+    local_model = True
+
+    def default_context(self) -> int | None:
+        """Its server's `--max-model-len` default (speculative.SERVER_FLAGS)."""
+        return speculative.server_flag_default("--max-model-len")
 
     def cpu_threads(self, profile: Profile) -> int | None:
         """The profile's `threads`, else the server's own default: 1 on the CPU device

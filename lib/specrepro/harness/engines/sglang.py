@@ -209,6 +209,9 @@ class SGLangAdapter(EngineAdapter):
     # its OpenAI server has no return_token_ids; its native /generate is api: native's
     request_features = RequestFeatures(continuous_usage_stats=True, return_token_ids=False,
                                        native_api=True)
+    # request slots and tokens: counts (unset: SGLang sizes them from the GPU and the model)
+    positive_flags = ("--max-running-requests", "--context-length")
+    context_flag = "--context-length"  # unset: the model's max_position_embeddings
     # SGLANG_TORCH_PROFILER_DIR: where /start_profile's torch profiler writes by default
     profiling: ClassVar[dict[str, dict]] = {"env": {"SGLANG_TORCH_PROFILER_DIR": "{dir}"}}
     # vLLM method → SGLang algorithm. NEXTN is SGLang's name for MTP (an EAGLE alias).

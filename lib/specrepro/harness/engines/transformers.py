@@ -27,6 +27,7 @@ class TransformersAdapter(EngineAdapter):
     what = "the in-process transformers peer"
     launches = False
     in_process = True
+    local_model = True  # the embedded checkpoint's folder (peer.py)
     why_unpinned = ("in-process transformers peer: the engine runs inside the harness "
                     "process, so there is no separate engine process to pin")
 

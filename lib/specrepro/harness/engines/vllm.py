@@ -112,6 +112,9 @@ class VLLMAdapter(EngineAdapter):
                 "--tensor-parallel-size": "parallel", "--data-parallel-size": "parallel",
                 "--speculative-config": "speculative", "--spec-method": "speculative",
                 "--spec-model": "speculative", "--spec-tokens": "speculative"}
+    # request slots and tokens: counts (vLLM's defaults follow the GPU: engine-notes.md)
+    positive_flags = ("--max-num-seqs", "--max-model-len", "--max-num-batched-tokens")
+    context_flag = "--max-model-len"  # unset: the model's max_position_embeddings
     # Methods that read a separate checkpoint: the profile's drafter.
     drafter_methods = ("dflash", "draft_model", "eagle", "eagle3", "dspark")
     # --profiler-config (vllm/config/profiler.py: `profiler` "torch" and an absolute
