@@ -37,8 +37,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 OUTCOMES = (*rules.OUTCOMES, "holds in part")
 # the coverage a verdict states wherever it appears (verdicts.coverage_text): how many of its
 # checks were tested
-COVERAGE = re.compile(r"holds on (all )?\d+ (of \d+ )?checks|: \d+ of \d+ checks tested|"
-                      r"none of \d+ checks tested|\(no checks\)")
+COVERAGE = re.compile(r"holds on (all )?\d+ (of \d+ )?checks?|: \d+ of \d+ checks? tested|"
+                      r"none of \d+ checks? tested|\(no checks\)")
 WIDTH = 1400  # the reviewer's window
 
 

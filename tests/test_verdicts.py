@@ -528,6 +528,11 @@ def test_coverage_text():
         ("holds in direction only", ""), ("not testable here", "host-bound (GPU 5 % busy)")]) == (
         "holds in direction only: 1 of 2 checks tested (1 holds in direction only; "
         "1 not testable here: host-bound)")
+    # one check is one check (notebook 08 has a single one)
+    assert verdicts.coverage_text("not testable here", [
+        ("not testable here", "host-bound (GPU 5 % busy)")]) == (
+        "not testable here: none of 1 check tested (1 not testable here: host-bound)")
+    assert verdicts.coverage_text("holds", [("holds", "")]) == "holds on all 1 check (1 holds)"
 
 
 def test_the_substrate_busy_share_decides_where_cells_carry_none():

@@ -136,6 +136,7 @@ def coverage_text(outcome: str, checks: list[tuple[str, str]]) -> str:
     if not n:
         return f"{outcome} (no checks)"
     tested = [o for o, _ in checks if o not in UNTESTED]
+    noun = "check" if n == 1 else "checks"  # 08 has one: "none of 1 check tested"
     parts = []
     for state in UNTESTED:
         whys = [("noise at least the effect" if state == "not resolvable here" else
@@ -145,14 +146,14 @@ def coverage_text(outcome: str, checks: list[tuple[str, str]]) -> str:
             parts.append(f"{len(whys)} {state}: " + ", ".join(
                 f"{w}{f' x{c}' if c > 1 else ''}" for w, c in counts.items()))
     if not tested:
-        return f"{outcome}: none of {n} checks tested ({'; '.join(parts)})"
+        return f"{outcome}: none of {n} {noun} tested ({'; '.join(parts)})"
     held = {o: tested.count(o) for o in dict.fromkeys(tested)}
     detail = ", ".join(f"{c} {o}" for o, c in held.items())
     if outcome in ("holds", "holds in part"):  # every tested check holds: "holds on 1 of 4"
-        head = (f"holds on {len(tested)} of {n} checks" if parts
-                else f"holds on all {n} checks")
+        head = (f"holds on {len(tested)} of {n} {noun}" if parts
+                else f"holds on all {n} {noun}")
     else:  # "does not hold on all 4 checks" would read as four failures: count the tested
-        head = f"{outcome}: {len(tested)} of {n} checks tested"
+        head = f"{outcome}: {len(tested)} of {n} {noun} tested"
     return head + f" ({detail}" + (f"; {'; '.join(parts)}" if parts else "") + ")"
 
 
