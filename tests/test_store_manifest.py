@@ -188,14 +188,10 @@ def test_a_file_set_aside_while_the_manifest_is_gone_is_listed_by_the_rebuild(st
                      "moved_to": f"quarantine/cells--{ALL_SESSIONS}", "problem": "empty (0 bytes)"}
 
 
-def test_a_deleted_manifest_is_rebuilt_and_a_run_starts_no_engine(tmp_path, monkeypatch,
-                                                                 capsys):
-    """Every cell stored, the manifest deleted: the run skips every cell without starting
-    the engine (today: the session history silently dropped and every engine started to
-    learn its version)."""
+def stored_study(tmp_path: Path):
+    """A one-arm study of two cells (one and two streams) and its store, every cell stored
+    ok with its one request, as the runner stores them (engine version v9)."""
     from specrepro import identity
-    from specrepro.harness import engine_pool
-    from specrepro.harness.runner import run_studies
     from specrepro.params import load_suite, resolve_study
 
     params = tmp_path / "params"
@@ -214,11 +210,39 @@ def test_a_deleted_manifest_is_rebuilt_and_a_run_starts_no_engine(tmp_path, monk
     study = resolve_study(load_suite(params / "suite.yaml"), STUDY)
     store = ResultStore(tmp_path / "results", STUDY, RUN)
     store.begin_session({"params": {}})
-    for cell in study.cells():  # as the runner stored them, engine version v9
+    for cell in study.cells():
         store.append_cell({"cell_id": identity.cell_id(study, cell, "v9"), "status": "ok",
                            "arm": "a", "profile": "p", "engine": "embedded",
                            "engine_version": "v9", "n_requests": 1}, requests_for(1))
     store.end_session()
+    return study, store
+
+
+def test_a_notebook_measures_the_cells_whose_requests_are_gone(tmp_path, capsys):
+    """What a notebook in mode auto measures is what `specrepro run` would: a stored cell
+    whose requests file was removed is to be measured again, not replayed without them."""
+    from specrepro import identity
+    from specrepro.analysis.finding import declared_cells, to_measure
+
+    study, store = stored_study(tmp_path)
+    ids = [identity.cell_id(study, cell, "v9") for cell in study.cells()]
+    stored = declared_cells(study).with_columns(pl.Series("cell_id", ids))
+    assert to_measure(store.root, study, stored).height == 0  # all stored, all whole
+    (store.requests_dir / f"session-{store.session_id}.parquet").unlink()
+    again = to_measure(store.root, study, stored)
+    assert sorted(again["concurrency"].to_list()) == [1, 2]
+    assert to_measure(store.root, study, stored.head(1))["concurrency"].to_list() == [2, 1]
+
+
+def test_a_deleted_manifest_is_rebuilt_and_a_run_starts_no_engine(tmp_path, monkeypatch,
+                                                                 capsys):
+    """Every cell stored, the manifest deleted: the run skips every cell without starting
+    the engine (today: the session history silently dropped and every engine started to
+    learn its version)."""
+    from specrepro.harness import engine_pool
+    from specrepro.harness.runner import run_studies
+
+    study, store = stored_study(tmp_path)
     store.manifest_path.unlink()
     started = []
 

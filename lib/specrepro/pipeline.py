@@ -31,10 +31,10 @@ from specrepro.analysis.finding import (
     Mode,
     cannot_measure_here,
     from_store,
-    missing_cells,
     missing_folders,
     project_root,
     stored_cells,
+    to_measure,
 )
 from specrepro.params import ParamsError, ResolvedStudy, Suite, load_suite, resolve_study
 from specrepro.store import ResultStore
@@ -102,10 +102,10 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
     measured = False
     stored = stored_cells(store_root, study)  # read once; again only after measuring
     why_not = ""
-    if mode == "auto" and missing_cells(store_root, study, stored).height:
+    pending = to_measure(store_root, study, stored).height if mode == "auto" else 0
+    if pending:
         why_not = cannot_measure_here(study)
-    if mode == "run" or (mode == "auto" and not why_not
-                         and missing_cells(store_root, study, stored).height):
+    if mode == "run" or (mode == "auto" and not why_not and pending):
         summary = measure(study, base, suite.run_id, fresh=(mode == "run"))
         measured = True
         stored = stored_cells(store_root, study)

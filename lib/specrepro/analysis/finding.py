@@ -38,7 +38,14 @@ from specrepro.analysis.cell_key import CELL_KEY, LEVEL, READING, at, declared_k
 from specrepro.analysis.text_quality import with_length_share
 from specrepro.analysis.window_health import with_health
 from specrepro.params import ResolvedStudy, Suite
-from specrepro.store import CELL_SCHEMA, ResultStore, empty, load_cells, load_requests
+from specrepro.store import (
+    CELL_SCHEMA,
+    ResultStore,
+    empty,
+    load_cells,
+    load_requests,
+    requests_missing,
+)
 
 # A notebook's `mode` parameter: the notebook runner checks it before executing, and
 # specrepro.pipeline.load_finding acts on it (defined here, below both).
@@ -343,6 +350,25 @@ def missing_cells(store_root: Path, study: ResolvedStudy,
         stored = stored_cells(store_root, study)
     have = stored.select(CELL_MATCH)
     return declared_cells(study).join(have, on=CELL_MATCH, how="anti", nulls_equal=True)
+
+
+def to_measure(store_root: Path, study: ResolvedStudy,
+               stored: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The declared cells a measuring run would measure: the missing ones, and the stored
+    ones whose requests are not all stored (a requests file set aside in quarantine/ or
+    removed; `ResultStore.completed_cell_ids` measures them again), so a notebook in mode
+    auto measures what `specrepro run` would."""
+    if stored is None:
+        stored = stored_cells(store_root, study)
+    missing = missing_cells(store_root, study, stored)
+    if not stored.height or not store_root.is_dir():
+        return missing
+    lost = requests_missing(store_root).select("cell_id")
+    if not lost.height:
+        return missing
+    again = stored.join(lost, on="cell_id", how="semi").select(CELL_MATCH)
+    return pl.concat([missing, declared_cells(study).join(again, on=CELL_MATCH, how="semi",
+                                                            nulls_equal=True)])
 
 
 def _streams(n: int) -> str:

@@ -47,7 +47,7 @@ from nbconvert import HTMLExporter
 from traitlets.config import Config
 
 from specrepro import findings
-from specrepro.analysis.finding import MODES, cannot_measure_here, missing_cells, project_root
+from specrepro.analysis.finding import MODES, cannot_measure_here, project_root, to_measure
 from specrepro.params import ParamsError, check_notebook_params, load_suite, resolve_study
 
 KERNEL = "python3"
@@ -214,14 +214,14 @@ def to_html(executed: Path) -> Path:
 def measures(notebook_id: str, params_file: str | Path, mode: str,
              results_dir: str | Path | None = None, overrides: dict | None = None) -> bool:
     """Whether running the notebook will measure: mode `run`, or `auto` with a declared cell
-    missing from the store on a machine that can run the study's arms (what
+    missing from the store, or stored without all its requests (`finding.to_measure`), on a machine that can run the study's arms (what
     `pipeline.load_finding` decides, asked beforehand)."""
     if mode != "auto":
         return mode == "run"
     suite = load_suite(params_file)
     study = resolve_study(suite, notebook_id, overrides)
     base = Path(results_dir) if results_dir is not None else suite.results_path
-    return (missing_cells(base / study.name / suite.run_id, study).height > 0
+    return (to_measure(base / study.name / suite.run_id, study).height > 0
             and not cannot_measure_here(study))
 
 

@@ -25,7 +25,7 @@ manifest_rebuild <- result_store <- compaction; no module imports one after it.
 from __future__ import annotations
 
 from specrepro.store.compaction import append_log, compact, compact_store, pack_log
-from specrepro.store.loaders import load_attempts, load_cells, load_requests
+from specrepro.store.loaders import load_attempts, load_cells, load_requests, requests_missing
 from specrepro.store.result_store import NAME_PATTERN, ResultStore, now
 from specrepro.store.rows import ResultsError, empty, frame, normalize
 from specrepro.store.schema import (
@@ -42,5 +42,6 @@ __all__ = [
     "STATUSES",
     "ResultStore", "ResultsError", "append_log", "compact", "compact_store", "empty",
     "frame", "load_attempts", "load_cells", "load_requests", "normalize", "now", "pack_log",
+    "requests_missing",
     "settled",
 ]
