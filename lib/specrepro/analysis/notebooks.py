@@ -214,7 +214,8 @@ def to_html(executed: Path) -> Path:
 def measures(notebook_id: str, params_file: str | Path, mode: str,
              results_dir: str | Path | None = None, overrides: dict | None = None) -> bool:
     """Whether running the notebook will measure: mode `run`, or `auto` with a declared cell
-    missing from the store, or stored without all its requests (`finding.to_measure`), on a machine that can run the study's arms (what
+    missing from the store, or stored without all its requests (`finding.to_measure`), on a
+    machine that can run the study's arms (what
     `pipeline.load_finding` decides, asked beforehand)."""
     if mode != "auto":
         return mode == "run"
