@@ -23,7 +23,7 @@ py=${PYTHON:-python3}
 start=$(date +%s)
 read -r store arms < <("$py" - "$suite" "$study" <<'PY'
 import sys
-from specrepro.harness.run_command import resolve
+from specrepro.params import resolve_file as resolve
 from specrepro.params import ParamsError
 try:
     (st, results_dir, run_id), = resolve(sys.argv[1], [sys.argv[2]])

@@ -7,14 +7,13 @@ import json
 import shutil
 from pathlib import Path
 
-import nbformat
 import polars as pl
 import pytest
 
 from specrepro import analysis as sa
 from specrepro import identity, params, pipeline
 from specrepro.analysis import finding as finding_mod
-from specrepro.analysis import report, summary, tables
+from specrepro.analysis import summary, tables
 from specrepro.harness.runner import RunSummary
 from specrepro.params import Gate, ParamsError
 from specrepro.store import ResultStore, load_cells, now

@@ -19,7 +19,7 @@ PKG = LIB / "specrepro"
 # Layers, by module path prefix (longest match wins), and the project modules each may
 # import. `specrepro` alone (the package's __version__) is always allowed.
 SHARED = ("specrepro.speculative", "specrepro.metrics", "specrepro.identity", "specrepro.data",
-          "specrepro.provenance", "specrepro.findings")
+          "specrepro.provenance", "specrepro.findings", "specrepro.folder_names")
 RULES: dict[str, tuple[str, ...]] = {
     # an engine, like vLLM: could be split out of the project
     "specrepro.embedded": ("specrepro.embedded", "specrepro.speculative", "specrepro.metrics",
@@ -52,6 +52,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "specrepro.metrics": (),
     "specrepro.data": (),
     "specrepro.provenance": (),
+    "specrepro.folder_names": (),  # the rule for a name that becomes a results folder
     "specrepro.findings": (),  # the registry of findings: ids, read by params and analysis
     # the command-line dispatcher imports each subcommand's module lazily
     "specrepro.cli": ("specrepro",),

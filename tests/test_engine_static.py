@@ -7,14 +7,13 @@ and dynamic attention spans must draft the same tokens."""
 import pytest
 import torch
 
+from conftest import decode_program_without_host_reads, random_prompts
 from specrepro.embedded import spec as spec_mod
 from specrepro.embedded.checkpoint import load_proposer, load_target
 from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import EngineRequest, LLMEngine
 from specrepro.embedded.graphs import DecodeStep
 from specrepro.embedded.sampling import SamplingParams, verify_greedy
-
-from conftest import decode_program_without_host_reads, random_prompts
 
 GREEDY = SamplingParams(temperature=0.0)
 METHODS = ("none", "ngram", "mtp", "dflash", "dflash_light", "draft_model")

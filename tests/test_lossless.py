@@ -6,14 +6,13 @@ import pytest
 import torch
 from scipy import stats
 
+from conftest import random_prompts
 from specrepro.embedded import spec as spec_mod
 from specrepro.embedded.checkpoint import load_target
 from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import LLMEngine
 from specrepro.embedded.proposers import DrafterConfig, DraftModel
 from specrepro.embedded.sampling import SamplingParams, SamplingTensors, warp
-
-from conftest import random_prompts
 
 N_PROMPTS, MAX_TOKENS, K = 52, 8, 3
 METHODS = ("ngram", "mtp", "dflash", "dflash_light", "draft_model", "draft_copy")

@@ -20,8 +20,8 @@ from specrepro.harness.costs import Stored, read_stores
 from specrepro.harness.deadline import start_repays
 from specrepro.harness.plan import make_plan
 from specrepro.harness.plan_report import budget_lines
-from specrepro.harness.run_command import resolve
 from specrepro.params import ParamsError, load_suite
+from specrepro.params import resolve_file as resolve
 from specrepro.store import ResultStore
 
 S06, S07, S01 = "06_draft_schedule_under_load", "07_the_bill", "01_drafter_block_sweep"

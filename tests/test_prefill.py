@@ -7,12 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from conftest import random_prompts
 from specrepro.embedded import prefill
 from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import LLMEngine
 from specrepro.embedded.sampling import SamplingParams
-
-from conftest import random_prompts
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

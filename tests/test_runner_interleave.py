@@ -12,8 +12,8 @@ import yaml
 from fake_engine import FakeEngine, write_params
 from specrepro import identity
 from specrepro.harness import runner
-from specrepro.harness.run_command import resolve
 from specrepro.harness.runner import run_study
+from specrepro.params import resolve_file as resolve
 from specrepro.store import ResultStore, load_attempts
 
 ARMS = ["a", "b", "c"]

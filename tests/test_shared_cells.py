@@ -9,8 +9,8 @@ import yaml
 
 from fake_engine import FakeEngine, write_params
 from specrepro.harness.launch_plan import launch_groups
-from specrepro.harness.run_command import resolve
 from specrepro.harness.runner import _Run, run_studies
+from specrepro.params import resolve_file as resolve
 from specrepro.store import ResultStore
 
 WINDOW = {"skip_s": 0.0, "window_s": 0.1, "turnovers": 2, "max_window_s": 3.0}

@@ -20,9 +20,10 @@ import yaml
 
 from specrepro.harness import deadline as deadline_mod
 from specrepro.harness.engine_handle import EngineHandle
-from specrepro.harness.run_command import main, resolve
+from specrepro.harness.run_command import main
 from specrepro.harness.runner import Deadline, run_study
 from specrepro.params import ParamsError, load_suite, resolve_study
+from specrepro.params import resolve_file as resolve
 from specrepro.store import ResultStore, load_cells
 
 REPO = Path(__file__).resolve().parents[1]

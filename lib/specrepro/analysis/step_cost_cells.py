@@ -30,6 +30,7 @@ from pydantic import Field, ValidationError
 
 from specrepro.analysis.step_cost_data import Sourced, StepCostDataError, model_by_id
 from specrepro.params import load_profile
+from specrepro.params.engine_kinds import KINDS
 from specrepro.params.strict import Strict
 from specrepro.speculative import draft_tokens_at
 from specrepro.store import load_cells
@@ -110,11 +111,13 @@ def _profile(path: Path):
     return load_profile(path)
 
 
-def _runtime(profile) -> str:
-    """The engine as the model sees it: the embedded engine compiled or eager differ."""
-    if profile.engine == "embedded":
-        return "compiled" if profile.flags.get("compile") else "eager"
-    return ""
+def runtime_of(profile) -> str:
+    """The engine as the model sees it: where the engine's kind has a flag that compiles its
+    step (the embedded engine's `compile`), its compiled and eager runs differ; else ''."""
+    kind = KINDS.get(profile.engine)
+    if kind is None or kind.compile_flag is None:
+        return ""
+    return "compiled" if profile.flags.get(kind.compile_flag) else "eager"
 
 
 def _records(profile, method: str | None) -> tuple[str | None, str | None]:
@@ -145,7 +148,7 @@ def _bench_rows(src: StandinSource, root: Path) -> list[dict]:
             target, drafter = _records(prof, method)
             if target is None:
                 continue  # the small target's cells: not the stand-in's
-            rows.append({"card": src.card, "engine": prof.engine, "runtime": _runtime(prof),
+            rows.append({"card": src.card, "engine": prof.engine, "runtime": runtime_of(prof),
                          "arm": d["server"], "profile": name, "target": target,
                          "drafter": drafter, "drafts": spec.num_speculative_tokens if spec else 0,
                          "streams": d["concurrency"], "tok_s": d["client_tok_s"],
@@ -175,7 +178,7 @@ def _store_rows(src: StandinSource, root: Path) -> list[dict]:
             mixed = (f"drafted on part of the window's steps (acceptance "
                      f"{c['acceptance_length']:.2f}): the batch crossed the schedule's switch"
                      if method and not k and c["acceptance_length"] is not None else None)
-            rows.append({"card": src.card, "engine": prof.engine, "runtime": _runtime(prof),
+            rows.append({"card": src.card, "engine": prof.engine, "runtime": runtime_of(prof),
                          "arm": c["arm"], "profile": c["profile"], "target": target,
                          "drafter": drafter, "drafts": k,
                          "streams": c["concurrency"], "tok_s": c["agg_tok_s"],

@@ -24,7 +24,7 @@ import polars as pl
 
 from specrepro.analysis import step_cost as sc
 from specrepro.analysis.finding import Finding
-from specrepro.analysis.step_cost_cells import COLUMNS
+from specrepro.analysis.step_cost_cells import COLUMNS, runtime_of
 from specrepro.analysis.step_cost_data import card, model, model_by_id
 from specrepro.speculative import draft_tokens_at
 
@@ -106,8 +106,7 @@ def finding_cells(f: Finding) -> pl.DataFrame:
         p = a.resolved
         per_request = max(c.get("n_requests") or 1, 1)
         rows.append({"card": sub.card, "engine": p.engine,
-                     "runtime": ("compiled" if p.flags.get("compile") else "eager")
-                     if p.engine == "embedded" else "",
+                     "runtime": runtime_of(p),
                      "arm": c["arm"], "profile": p.name, "target": sub.target, "drafter": d,
                      "drafts": k, "streams": c["concurrency"], "tok_s": c["agg_tok_s"],
                      "acceptance_length": c.get("acceptance_length") if k else None,

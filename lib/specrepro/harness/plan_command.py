@@ -2,7 +2,7 @@
 planned-against-spent report (harness/plan_spent.py).
 
 Design: the suite (or study file) is resolved as `specrepro run` resolves it
-(run_command.resolve: its notebooks, or the notebooks and studies named), its results dir
+(params.resolve_file: its notebooks, or the notebooks and studies named), its results dir
 is the suite's unless `--results-dir` says otherwise, and the stores under it and under
 every `--costs-from` folder are read once (harness/costs.py). The plan prints; `--spent`
 prints planned against spent instead. A params error (a bad `plan:` block, a missing
@@ -23,8 +23,8 @@ from specrepro.harness.deadline import seconds_arg, zoned_time_arg
 from specrepro.harness.plan import display, make_plan
 from specrepro.harness.plan_report import render
 from specrepro.harness.plan_spent import render_spent
-from specrepro.harness.run_command import resolve
 from specrepro.params import ParamsError, Plan, load_suite, read_tree
+from specrepro.params import resolve_file as resolve
 from specrepro.store import ResultStore
 
 

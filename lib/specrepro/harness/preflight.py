@@ -278,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
 def _studies(file: str) -> dict[str, ResolvedStudy]:
     """The resolved studies of a suite (its notebooks and its `studies:`) or of a study
     file beside a profiles folder, by id; none for a profile or a study standing alone."""
-    from specrepro.harness.run_command import resolve
     from specrepro.params import load_suite, read_tree
+    from specrepro.params import resolve_file as resolve
 
     data = read_tree(file).data
     if "notebooks" in data:

@@ -27,9 +27,10 @@ from specrepro.harness import lifecycle, process
 from specrepro.harness.arm_engine import log_name, placement_for, start_engine
 from specrepro.harness.engines.base import EngineError
 from specrepro.harness.loadgen import LoadGenerator
-from specrepro.harness.run_command import refuse_without_gpu, resolve
+from specrepro.harness.run_command import refuse_without_gpu
 from specrepro.harness.runner import load_config
 from specrepro.params import ParamsError, Problem, ResolvedProbe, ResolvedStudy
+from specrepro.params import resolve_file as resolve
 from specrepro.probe_answers import latest
 from specrepro.store import ResultStore, now, pack_log
 from specrepro.workloads import build_workload

@@ -24,9 +24,9 @@ from specrepro.harness import engines, process, profiling
 from specrepro.harness.arm_engine import ArmEngine
 from specrepro.harness.engines.base import EngineError
 from specrepro.harness.loadgen import LoadGenerator
-from specrepro.harness.run_command import resolve
 from specrepro.harness.runner import check_arms, load_config
 from specrepro.params import ParamsError, Problem
+from specrepro.params import resolve_file as resolve
 from specrepro.workloads import build_workload
 
 SETTLE_S = 3.0  # a trace counts as written once its size holds this long

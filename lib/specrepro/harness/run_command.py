@@ -26,38 +26,9 @@ from specrepro.data import DataError
 from specrepro.harness.deadline import Archive, deadline_of, seconds_arg, zoned_time_arg
 from specrepro.harness.preflight import problems, results_problem
 from specrepro.harness.runner import EX_TEMPFAIL, chosen_arms, run_studies
-from specrepro.params import (
-    ParamsError,
-    Problem,
-    ResolvedStudy,
-    load_suite,
-    read_tree,
-    resolve_study,
-    standalone_suite,
-)
+from specrepro.params import ParamsError, Problem, ResolvedStudy, resolve_file
 from specrepro.store import NAME_PATTERN, ResultsError, ResultStore
 from specrepro.workloads import check_data
-
-
-def resolve(path: Path | str, notebooks: Sequence[str] = ()) -> list[tuple[ResolvedStudy, Path, str]]:
-    """(study, results dir, run id) for a suite (its notebooks, or the notebooks and
-    studies named) or a study file (its arms' profiles from the `profiles/` folder beside
-    its folder)."""
-    path = Path(path)
-    tree = read_tree(path)
-    if "notebooks" in tree.data:
-        suite = load_suite(path)
-        chosen = list(notebooks) or list(suite.notebooks)
-        return [(resolve_study(suite, nb), suite.results_path, suite.run_id) for nb in chosen]
-    if "arms" in tree.data:
-        nb = tree.data.get("notebook")
-        profiles = path.resolve().parent.parent / "profiles"
-        suite = standalone_suite(path, nb, profiles)
-        return [(resolve_study(suite, nb), path.resolve().parents[2] / "results",
-                 suite.run_id)]
-    raise ParamsError([Problem(str(path), "", "expected a suite (notebooks:) or a study "
-                                              f"(arms:), found keys {sorted(tree.data)}")])
-
 
 EXIT_RANK = {0: 0, EX_TEMPFAIL: 1, 1: 2, 130: 3, 129: 3, 143: 3}  # which of two statuses wins
 
@@ -145,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"argument --archive: expected a file in an existing folder, found no folder "
                  f"{args.archive.parent}")
     try:
-        plans = resolve(args.params, args.notebook)
+        plans = resolve_file(args.params, args.notebook)
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -43,6 +43,7 @@ from specrepro.params.resolve import (
     load_study,
     load_suite,
     resolve_all,
+    resolve_file,
     resolve_study,
     standalone_suite,
 )
@@ -81,6 +82,6 @@ __all__ = [
     "NotebookBinding", "Parallel", "ParamsError", "Plan", "Probe", "Problem", "Profile",
     "ResolvedArm", "ResolvedProbe", "ResolvedStudy", "Sampling", "Skip", "SpeculativeConfig",
     "Step", "Strict", "Study", "Suite", "Workload", "check_notebook_params", "load_profile",
-    "load_study", "load_suite", "read_tree", "resolve_all", "resolve_study",
+    "load_study", "load_suite", "read_tree", "resolve_all", "resolve_file", "resolve_study",
     "standalone_suite", "summarize",
 ]

@@ -22,7 +22,9 @@ class EngineKind:
     machine; `spec_details`: whether `return_spec_details` is required (true), allowed,
     or forbidden; `native_api`: `api: native` (its own /generate) is possible;
     `attaches`: it may name an `attached_engine`; `attachable`: it may be one;
-    `in_process`: served inside the harness process (no server, no pinning of its own)."""
+    `in_process`: served inside the harness process (no server, no pinning of its own);
+    `compile_flag`: the profile flag that compiles its step, where one does (its compiled and
+    eager runs are two runtimes to the step-cost model, analysis/step_cost_cells.py)."""
 
     name: str
     starts: bool = True
@@ -33,6 +35,7 @@ class EngineKind:
     attaches: bool = False
     attachable: bool = False
     in_process: bool = False
+    compile_flag: str | None = None
 
 
 KINDS: dict[str, EngineKind] = {k.name: k for k in (
@@ -40,7 +43,7 @@ KINDS: dict[str, EngineKind] = {k.name: k for k in (
     # SGLang: acceptance only from per-response fields it returns when asked (cells)
     EngineKind("sglang", gpu_only=True, spec_details="required", native_api=True,
                attachable=True),
-    EngineKind("embedded", attachable=True),
+    EngineKind("embedded", attachable=True, compile_flag="compile"),
     EngineKind("attach", starts=False, needs_url=True, spec_details="allowed", attaches=True),
     # the in-process peer (harness/peer.py) on the embedded checkpoint
     EngineKind("transformers", starts=False, in_process=True),

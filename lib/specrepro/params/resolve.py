@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +223,24 @@ def check_notebook_params(
             )
     if problems:
         raise ParamsError(problems)
+
+
+def resolve_file(path: Path | str, notebooks: Sequence[str] = ()
+                 ) -> list[tuple[ResolvedStudy, Path, str]]:
+    """(study, results dir, run id) for a suite (its notebooks, or the notebooks and
+    studies named) or a study file (its arms' profiles from the `profiles/` folder beside
+    its folder)."""
+    path = Path(path)
+    tree = read_tree(path)
+    if "notebooks" in tree.data:
+        suite = load_suite(path)
+        chosen = list(notebooks) or list(suite.notebooks)
+        return [(resolve_study(suite, nb), suite.results_path, suite.run_id) for nb in chosen]
+    if "arms" in tree.data:
+        nb = tree.data.get("notebook")
+        profiles = path.resolve().parent.parent / "profiles"
+        suite = standalone_suite(path, nb, profiles)
+        return [(resolve_study(suite, nb), path.resolve().parents[2] / "results",
+                 suite.run_id)]
+    raise ParamsError([Problem(str(path), "", "expected a suite (notebooks:) or a study "
+                                              f"(arms:), found keys {sorted(tree.data)}")])

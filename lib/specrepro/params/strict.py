@@ -15,8 +15,8 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specrepro.folder_names import NAME_PATTERN as STORE_NAME
 from specrepro.params.errors import Expect
-from specrepro.store import NAME_PATTERN as STORE_NAME
 
 
 class Strict(BaseModel):
@@ -40,7 +40,7 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 # study's, an arm's and a profile's name: `<results>/<study>/<run_id>/logs/<arm>--<profile>
 # .log`), or a suite's (reports/<suite>/): never a path (`../x`, `a/b`, `.`), so nothing a
 # params file names is written outside the folder it belongs in. The store checks the same
-# for names from the command line; the rule is the store's.
+# for names from the command line; the rule is folder_names.py's.
 NAME_PATTERN = f"^{STORE_NAME}$"
 FolderName = Annotated[str, Field(pattern=NAME_PATTERN), Expect(
     "one folder name (letters, digits, '_', '.', '+', '-', not starting with '.' or '-'; "

@@ -61,6 +61,8 @@ from typing import Any
 
 import polars as pl
 
+from specrepro.folder_names import NAME_PATTERN
+
 # the manifest stores params objects as the cell ids hash them (pydantic in JSON mode)
 from specrepro.identity import jsonable
 from specrepro.provenance import git_state, gpu_info, host_info, package_versions
@@ -85,11 +87,7 @@ from specrepro.store.sharing import (
     write_json,
 )
 
-# A study's and a run's name are one folder each under the results folder: never a path
-# (`../x`, `a/b`, `.`), so a store stays inside it. The one home of the rule: params checks
-# a params file's names with it (params/strict.FolderName: file and key named), the run
-# command its --run-id, and the store here whatever reaches it.
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
+# A study's and a run's name are one folder each under the results folder (folder_names.py)
 NAME = re.compile(NAME_PATTERN)
 
 
