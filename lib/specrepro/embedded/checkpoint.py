@@ -25,6 +25,7 @@ Design:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -110,6 +111,23 @@ def save_drafters(directory: str | Path, target: Qwen3Model, tokenizer: Tokenize
     (d / "drafters.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
+@contextlib.contextmanager
+def _no_init_fills():
+    """torch.nn.init's fills as no-ops while a model is built on the meta device, whose
+    values the checkpoint's tensors replace anyway: a meta tensor's `normal_` (nn.Embedding's
+    init) goes through torch._refs, whose first call imports torch._dynamo, about 3 s of an
+    engine's start on a CPU, and nothing else the engine does imports it."""
+    names = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_")
+    saved = {name: getattr(torch.nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
+
+
 def load_target(directory: str | Path, device="cpu",
                 dtype: torch.dtype = torch.float32) -> tuple[Qwen3Model, Tokenizer]:
     d = Path(directory)
@@ -120,7 +138,7 @@ def load_target(directory: str | Path, device="cpu",
     # random init and no second copy, so a 21-GiB stand-in (export_standin.py) costs its
     # bytes once on the GPU and nothing on the host; converted tensor by tensor (a CPU fp32
     # load peaks at the fp32 model plus one bf16 tensor).
-    with torch.device("meta"):
+    with torch.device("meta"), _no_init_fills():
         model = Qwen3Model(cfg)
     state = load_file(str(d / "model.safetensors"), device=str(torch.device(device)))
     for key in list(state):
