@@ -109,7 +109,7 @@ def pooled_repeated_ngram_share(sequences: Sequence[Sequence], n: int = 4) -> fl
 
 
 # A cell whose pooled repeated-4-gram share is at least this is "mostly loops": its acceptance
-# measures how easy repetition is to draft, not the drafter (issue 30, item 4). Chosen from
+# measures how easy repetition is to draft, not the drafter. Chosen from
 # the data (scripts/text_quality.py natural / cells prints every figure, with the embedded
 # model's tokenizer): natural text pooled repeats 0.057 of its 4-grams over 512-token
 # windows of WikiText-2 test (valid 0.051; no window above 0.33), GSM8K's gold answers 0.062,
@@ -230,7 +230,7 @@ def request_mean_itl_s(requests: Sequence[tuple[Sequence[float], int | None]]) -
 
     Beside it the suite keeps the token-weighted median of per-token gaps (`itl_p50_ms`):
     under speculative decoding a step's tokens arrive in one chunk and share its gap, so
-    that median sits well below this mean (issue 16, the embedded server's block drafter:
+    that median sits well below this mean (the embedded server's block drafter:
     4.3-5.3 ms against 6.5-7.9 ms on the same requests).
     """
     values = [v for v in (request_itl_s(g, n) for g, n in requests) if v is not None]

@@ -14,7 +14,7 @@ Design:
   (per-notebook data), `rules` (verdict rules as data), `summary` (a report's first
   table), `substrates` (its checks on every suite with stored results, beside each other), `notebooks` (papermill runner), `report` (HTML index, `specrepro report`),
   `arms_across` (the arms several notebooks measured at the same settings), `step_cost*`
-  (issue 39: a decode step's cost from bytes and math on each card, checked on the stand-in
+  (a decode step's cost from bytes and math on each card, checked on the stand-in
   and on the articles; notebook 08).
 """
 
@@ -34,7 +34,7 @@ _LAZY = {"figures": ("specrepro.analysis.figures", None),
          **{name: ("specrepro.analysis.show", name) for name in (
              "html_table", "show_figure", "show_header", "show_power_note", "show_substrates",
              "show_step_cost", "show_summary", "show_table", "untestable")},
-         # notebook 08's tables and figure (issue 39: the step-cost model)
+         # notebook 08's tables and figure (the step-cost model)
          "step_cost_view": ("specrepro.analysis.step_cost_view", "step_cost_view")}
 
 

@@ -1,5 +1,5 @@
 """Does acceptance change with the level? Tokens per step at each level against the
-prompt-to-prompt noise (issue 37: measure acceptance once where it does not).
+prompt-to-prompt noise (measure acceptance once where it does not).
 
 Design:
 - The level's figure is the engine's own: each cell's counters (`acceptance_length`,

@@ -1,4 +1,4 @@
-"""What a reviewer sees wrong in a drawn figure, found by measuring it (issue 30, item 5).
+"""What a reviewer sees wrong in a drawn figure, found by measuring it.
 
 Design:
 - `problems(fig)` lays the figure out (a draw), then measures its artists in display

@@ -1,4 +1,4 @@
-"""Data a verdict did not test, drawn marked (issue 38, item 6).
+"""Data a verdict did not test, drawn marked.
 
 Design:
 - `untested(f, claims, metric)` reads the verdict (verdicts.py, the one home of outcomes):

@@ -123,7 +123,7 @@ def substrate_line(f: Finding) -> str:
         tail = " Busy share: not measured for these cells."
     pre = precondition_line(f)
     # the floor against the card's rated and measured bandwidth, drafter bytes included,
-    # where the suite names its step-cost records (issue 39; analysis/step_cost_suite.py)
+    # where the suite names its step-cost records (analysis/step_cost_suite.py)
     floor = step_cost_suite.floor_line(f)
     return (head.rstrip(".") + "." + (f" {floor}" if floor else "") + tail
             + (f" {pre}" if pre else ""))

@@ -1,5 +1,5 @@
 """Near-ties where engines' greedy outputs part: is a difference explained by the target's
-own arithmetic (issue 16, item 6)?
+own arithmetic?
 
 Design:
 - Greedy decoding picks the target's top token at every position, so two engines serving the
@@ -42,7 +42,7 @@ from specrepro import metrics
 from specrepro.analysis import parity
 from specrepro.analysis.tables import Table
 
-NEAR_TIE = 0.05  # issue 16: top-1 minus top-2 log-probability below this is a near-tie
+NEAR_TIE = 0.05  # top-1 minus top-2 log-probability below this is a near-tie
 REFERENCE_ARM = "none"
 
 

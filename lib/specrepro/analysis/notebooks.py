@@ -286,7 +286,7 @@ class IPCKernelManager(AsyncKernelManager):
     No SIGINT at shutdown unless a cell runs: jupyter_client 8 interrupts a kernel before
     asking it to shut down, also one whose notebook has finished, and a kernel caught between
     two messages logs `[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel` after a
-    successful run (issue 41). While a cell runs (papermill stopped by Ctrl-C or SIGTERM) the
+    successful run. While a cell runs (papermill stopped by Ctrl-C or SIGTERM) the
     interrupt stays: it is what records a measuring cell as interrupted and stops its engine.
     `CELL` says whether one runs; `run_notebook`'s nbclient hooks keep it."""
 

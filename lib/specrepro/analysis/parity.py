@@ -1,5 +1,5 @@
 """Acceptance parity between engines serving the same weights: one study's result stores,
-matched cell for cell, as four reader tables (issue 16, item 6).
+matched cell for cell, as four reader tables.
 
 Design:
 - Input: two or more stores of one study (`<results_dir>/<study>/<run_id>`), each with a
@@ -49,7 +49,7 @@ from specrepro.analysis import cell_key, tables
 from specrepro.analysis.tables import Table
 from specrepro.store import ResultStore, load_cells, load_requests
 
-GAP_PCT = 5.0  # issue 16: tokens per step within 5 % of the reference engine's
+GAP_PCT = 5.0  # tokens per step within 5 % of the reference engine's
 EARLY = (32, 64)  # "differs before token N": a divergence that early changes most of the text
 SPEED = ("agg_tok_s", "ttft_p50_ms", "itl_p50_ms", "itl_request_mean_ms")
 

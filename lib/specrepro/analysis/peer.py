@@ -1,5 +1,5 @@
 """The peer table: engines serving the same weights and prompts, autoregressive and at their
-best speculative arm, level by level (issue 17, item 3).
+best speculative arm, level by level.
 
 Design:
 - Input: parity.Store's of one study (`params/studies/peer.yaml`, bound per engine: no

@@ -2,7 +2,7 @@
 
 Not the GPU-lease planner (harness/cost_model.py and costs.py price machine time for
 `specrepro plan`); this prices one decode step on a card, so a finding measured on one card
-can be carried to another (issue 39).
+can be carried to another.
 
 Design:
 - A step is a sequence of passes (`passes`): the target's verify pass over every running

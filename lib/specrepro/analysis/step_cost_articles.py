@@ -1,5 +1,5 @@
 """The step-cost model fed each article's own box, model bytes and acceptance, against the
-article's published speeds (issue 39, item 3: the other way of checking it).
+article's published speeds (the other way of checking it).
 
 Design:
 - Every published speed figure (lib/specrepro/published: `agg_tok_s` and `step_ms`, stats

@@ -1,4 +1,4 @@
-"""The stand-in's stored speed cells as one table, for the step-cost check (issue 39, item 3).
+"""The stand-in's stored speed cells as one table, for the step-cost check.
 
 Design:
 - Where the cells are is data (`step_cost_check.yaml`, `standin:`): the H200's bench lines

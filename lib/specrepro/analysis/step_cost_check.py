@@ -1,4 +1,4 @@
-"""The step-cost model checked against the stand-in's stored cells (issue 39, item 3).
+"""The step-cost model checked against the stand-in's stored cells.
 
 Design:
 - Overheads are fitted, never typed (`fit`): an engine's fixed overhead on a card is the mean,
@@ -34,7 +34,7 @@ from specrepro.analysis.step_cost_cells import check_config, standin_cells
 from specrepro.analysis.step_cost_data import card, model
 
 MIN_BUSY = float(mechanisms()["weight_read_step"]["min_busy"])
-MISS_PCT = 10.0  # issue 39: the median's bound, and the size past which a cell's reason is given
+MISS_PCT = 10.0  # the median's bound, and the size past which a cell's reason is given
 
 
 def engine_of(row: dict) -> str:

@@ -1,7 +1,7 @@
 """The step-cost model's data: cards and models as validated records, each value with its source.
 
 Design:
-- Two YAML files beside this module hold the facts (issue 39, item 1):
+- Two YAML files beside this module hold the facts:
   `step_cost_cards.yaml` (rated and measured bandwidth, peak math by precision, power cap,
   memory) and `step_cost_models.yaml` (what one pass of a target or drafter reads and
   computes, its layers and KV bytes a token, how a step runs it, and which records a
@@ -13,7 +13,7 @@ Design:
 - Units live in the keys and are decimal (GB = 1e9 bytes, GB/s, TFLOP/s, GFLOP). A size may
   be given as the article prints it, in exactly one of `bytes`, `gb` or `gib`; `Size.bytes`
   converts it, here and nowhere else, so a GiB is never divided by a TB/s as if it were a GB
-  (the slip issue 39 found in a README).
+  (a slip once found in a README).
 - A bad file fails on load with `StepCostDataError` naming the file, the key path, what was
   expected and what was found.
 """

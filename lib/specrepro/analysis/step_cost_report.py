@@ -7,7 +7,7 @@ Design:
   them as Markdown for docs/bench/. No number is typed here.
 - `floor_table`: at one stream, each arm's bytes a step with its drafter's passes, its floor
   against the rated and the measured bandwidth, and its measured step as a share of each
-  (issue 39, item 4: the articles' 71-78 % are against rated bandwidth; the substrate lines
+  (the articles' 71-78 % are against rated bandwidth; the substrate lines
   said 83-85 % against measured).
 - `side_by_side`: every covered published speed: the article's number, the model's figure
   for the article's box, the stand-in's measurement at the same engine, drafter kind, drafts

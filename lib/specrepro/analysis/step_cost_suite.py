@@ -1,4 +1,4 @@
-"""A suite's own cells and floor in the step-cost model's terms (issue 39, item 4).
+"""A suite's own cells and floor in the step-cost model's terms.
 
 Design:
 - A suite names its device and target as step-cost records (`substrate.card`,

@@ -1,4 +1,4 @@
-"""Notebook 08's tables and figure, built once from the step-cost checks (issue 39).
+"""Notebook 08's tables and figure, built once from the step-cost checks.
 
 Design:
 - `StepCostView.build(finding)` runs what the notebook shows, once: the stand-in's cells
@@ -195,7 +195,7 @@ def _shared() -> StepCostView:
 
 
 def speed_rows(article_arms: list[str]) -> Table:
-    """A speed report's side-by-side rows (issue 39, item 4): the published speeds of the
+    """A speed report's side-by-side rows: the published speeds of the
     report's own article arms (claims.yaml `arms`), each with the model on the article's box,
     the stand-in's measurement and the model on its card; notebook 08 has every row."""
     from specrepro.published import load_arms

@@ -1,4 +1,4 @@
-"""Three substrates in every report (issue 17, item 4): the article's values, then each check of
+"""Three substrates in every report: the article's values, then each check of
 the claim judged by the same rule on every suite that stored results for the notebook.
 
 Design:

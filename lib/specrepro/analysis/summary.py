@@ -126,7 +126,7 @@ def summary(f: Finding, claims: Claims, v: Verdict | None = None) -> dict:
             "claim": claims.claim, "outcome": v.outcome, "symbol": v.symbol, "text": v.text,
             "article_substrate": article_substrate(claims), "substrate": measured_substrate(f),
             # what the numbers are measured on and how busy its device was, in one line on
-            # the report's first screen (issue 30: read before any verdict is believed)
+            # the report's first screen (read before any verdict is believed)
             "substrate_line": host_bound.substrate_line(f),
             "checks": [c.as_dict() for c in v.checks], "partial": partial(f)}
 

@@ -1,6 +1,6 @@
 """Whether a cell's outputs are text: repetition, requests cut at the cap, and the loop flag.
 
-Design (issue 30, item 4):
+Design:
 - Acceptance on text that loops measures how easy repetition is to draft, not the drafter:
   755 of 768 essay requests of the real engines' store ended at the 512-token cap, their
   repeated-4-gram share 0.65. So every view that shows acceptance shows beside it the

@@ -8,7 +8,7 @@ Design:
 - A generation request's body is read on the event loop, then parsed, checked and tokenized
   on a worker thread (protocol.py: the body, the chat template, the context length), so that
   a large body never holds up `/health` or the streams in flight (a 10 MB prompt took 12 s
-  of one core to tokenize, issue 41). A prompt that cannot fit the context whatever its
+  of one core to tokenize). A prompt that cannot fit the context whatever its
   tokens is refused before the tokenizer runs: a token spans at most
   `Tokenizer.max_token_chars` characters, so a prompt of C characters is at least
   C / max_token_chars tokens. The tokenizer then runs with the interpreter released

@@ -138,7 +138,7 @@ def _common(body: Any, kind: str, served_model: str | Sequence[str]) -> dict:
     names = (served_model,) if isinstance(served_model, str) else tuple(served_model)
     model = _get(body, "model", lambda v: isinstance(v, str), "a string", names[0])
     if model not in names:
-        # vLLM answers 404 here; issue 4 asks for 400 like every other invalid field
+        # vLLM answers 404 here; we answer 400 like every other invalid field
         raise APIError(f"The model `{model}` does not exist.", param="model")
     n = _get(body, "n", _is_int, "an integer", 1)
     if n != 1:

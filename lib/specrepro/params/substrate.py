@@ -11,7 +11,7 @@ one-token decodes, by drafter and draft length) on the suite's device: the weigh
 precondition (analysis/mechanism.py) reads it for an arm whose study has no
 no-speculation arm to divide its step by. `card` and `target` name the step-cost model's
 records of the suite's device and target (lib/specrepro/analysis/step_cost_cards.yaml and
-step_cost_models.yaml, issue 39): the substrate line then states the bandwidth floor against
+step_cost_models.yaml): the substrate line then states the bandwidth floor against
 the card's rated and measured bandwidth with every drafter's bytes (analysis/step_cost.py),
 and notebook 08 places the suite's cells on the card's roofline. The names are checked where
 they are read (params cannot import the analysis) and by tests/test_step_cost.py.

@@ -65,14 +65,14 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 # Columns added after stores were written: a file without one reads it as null.
-ADDED_COLUMNS = {"itl_request_mean_ms",  # issue 16: the peers' inter-token latency
+ADDED_COLUMNS = {"itl_request_mean_ms",  # the peers' inter-token latency
                  "session_id",  # 2026-12-02: files named it before rows did (files.read_rows)
                  # 2026-12-02: the engines' own latency histograms (harness/engine_latency)
                  "engine_queue_ms", "engine_prefill_ms", "engine_decode_ms", "engine_ttft_ms",
                  "engine_itl_ms", "engine_e2e_ms", "engine_busy_share",
-                 "busy_share", "busy_source"}  # 2026-12-04: the host-bound rule (issue 30)
+                 "busy_share", "busy_source"}  # 2026-12-04: the host-bound rule
 
-# issue 30, item 4: requests cut at max_tokens; a file without it reads null and the analysis
+# requests cut at max_tokens; a file without it reads null and the analysis
 # derives it from the stored requests (analysis/text_quality.with_length_share)
 ADDED_COLUMNS |= {"length_share"}
 
@@ -85,7 +85,7 @@ CELL_REQUIRED = ("cell_id", "attempt", "status")
 REQUEST_REQUIRED = ("request_idx",)
 DEFAULTS: dict[str, Any] = {"warnings": []}
 
-# issue 30, item 1: how each cell was timed and, for a steady window (harness/steady.py),
+# how each cell was timed and, for a steady window (harness/steady.py),
 # what the window saw; the order cells were measured in (runner.py: repeats interleaved
 # across a study's arms). Null in cells stored before: their timing was their study's mode
 # and their order is their started_at.
@@ -108,7 +108,7 @@ ADDED_COLUMNS |= {"timing", "window_start_s", "window_turnovers_min", "window_re
                   "window_waiting_end", "window_all_busy", "round", "sequence", "launch",
                   "stream"}
 
-# issue 37: a cell measured once for several studies of one command (harness/shared_cells.py):
+# a cell measured once for several studies of one command (harness/shared_cells.py):
 # `<study>/<cell_id>` of the attempt measured, on the copies filed under the other studies
 CELL_SCHEMA |= {"shared_from": _S}
 ADDED_COLUMNS |= {"shared_from"}

@@ -202,7 +202,7 @@ RECIPES["smoke-light"] = replace(
                                           "intermediate_size": 128})},
     quality={**RECIPES["smoke-v2"].quality, "mtp_ks": (), "draft_model_ks": (),
              "sampled_mtp_ks": (), "sampled_draft_model_ks": ()})
-# The engines' layout (docs/engine-layouts.md §5, issue 14): block drafters vLLM 0.26.0 and
+# The engines' layout (docs/engine-layouts.md §5): block drafters vLLM 0.26.0 and
 # SGLang 0.5.14 load and run as the embedded engine does. The mask is the frozen target
 # embedding row of `<|im_start|>` (id 1: train_bpe gives SPECIAL_TOKENS the first ids in order,
 # and models/embedded/tokenizer.json agrees), k drafts are a block of 1 + k (trained over
@@ -210,7 +210,7 @@ RECIPES["smoke-light"] = replace(
 # block's output is never captured), and every layer has one intermediate_size.
 MASK_TOKEN_ID = SPECIAL_TOKENS.index(IM_START)
 ENGINE_LAYOUT = dict(mask_token_id=MASK_TOKEN_ID, block="engine")
-# The shipped block drafters and MTP head (issue 14's retrain), on v3's target, kept: `--from` a
+# The shipped block drafters and MTP head (the engine-layout retrain), on v3's target, kept: `--from` a
 # copy of the checkpoint that stores only the draft model (scripts/retrain_engine_layout.sh).
 # - `dflash`: v3's block drafter (6 x 384) in the engines' layout on target layers 1, 2, 4 of 6
 #   (0, 2, 4 was not trained: the device time of one session held one candidate).

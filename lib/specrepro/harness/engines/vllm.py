@@ -49,7 +49,7 @@ VLLM_LOG = (
     LogFact("kernels.fp4_gemm", r"Using (\w+) for NVFP4 GEMM"),
     LogFact("kernels.fp4_marlin",
             r"(Weight-only FP4 compression will be used leveraging the Marlin kernel)"),
-    # where a start's time goes (issue 37: a start is half a GPU lease): the target's
+    # where a start's time goes (a start is half a GPU lease): the target's
     # weights, every torch.compile (target and drafter, each its own line), the graphs,
     # and the engine core's whole init (profile, KV cache, compile and capture)
     LogFact("phases.model_loading",  # v1/worker/gpu/model_runner.py:305
