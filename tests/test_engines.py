@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -21,9 +22,10 @@ import yaml
 from specrepro.harness import engine_handle, engines
 from specrepro.harness.engines import base, launch, render_argv
 from specrepro.harness.engines.base import EngineError
-from specrepro.harness.flags import engine_cli
+from specrepro.harness.flags import FlagCheck, engine_cli, profile_file, render_flags
 from specrepro.harness.process import startup_error
 from specrepro.params import ParamsError, Profile, load_profile
+from specrepro.params.schema import SpeculativeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "engines"
@@ -619,3 +621,62 @@ def test_sglang_ngram_verifies_k_plus_one_tokens():
         argvs[k] = argv[argv.index("--speculative-num-draft-tokens") + 1]
         assert argv[argv.index("--speculative-algorithm") + 1] == "NGRAM"
     assert argvs == {3: "4", 5: "6", 7: "8"}
+
+
+# -- engine facts on the adapter: flag spelling and a speculative config read from a file
+
+
+class FileSpecAdapter(base.EngineAdapter):
+    """An engine as a new contributor would add one: flags spelled `--max_num_seqs`, its
+    speculative config read from a file (served here by the fake's vLLM flavour)."""
+
+    kind = "file-spec"
+    what = "a file-config engine"
+    routes = engines.VLLMAdapter.routes
+    flag_separator = "_"
+    spec_file_flag = "--speculative_config_file"
+    ACCEPTED: ClassVar[dict] = {"flags": ["--max_num_seqs", "--enforce_eager",
+                                          "--no_enforce_eager"]}
+
+    def render_argv(self, profile, source=None):
+        check = FlagCheck(profile_file(profile, source), self.what)
+        argv = [*self.command(profile), "--host", profile.host, "--port", str(profile.port),
+                *render_flags(profile.flags, self.ACCEPTED, {}, check, spell=self.flag_name)]
+        check.raise_if_any()
+        return argv
+
+
+def test_flag_spelling_is_the_adapters():
+    adapter = FileSpecAdapter()
+    assert adapter.flag_name("max-num-seqs") == adapter.flag_name("max_num_seqs") == "--max_num_seqs"
+    assert engines.engine("vllm").flag_name("max_num_seqs") == "--max-num-seqs"  # default kept
+    profile = Profile.model_validate({"name": "p", "engine": "vllm", "command": ["serve"],
+                                      "model": {"id": "m"},
+                                      "flags": {"max-num-seqs": 8, "enforce-eager": False}})
+    assert adapter.render_argv(profile)[-3:] == ["--max_num_seqs", "8", "--no_enforce_eager"]
+    with pytest.raises(ParamsError, match=r"p.yaml: flags.max-num-batched-tokens: .*found '--max_num_batched_tokens'"):
+        adapter.render_argv(profile.model_copy(update={"flags": {"max-num-batched-tokens": 8}}))
+
+
+def test_adapter_with_bad_engine_facts_fails_naming_it():
+    with pytest.raises(TypeError, match=r"adapter .*Dotted: flag_separator '\.'"):
+        type("Dotted", (base.EngineAdapter,), {"flag_separator": "."})
+    with pytest.raises(TypeError, match=r"adapter .*Bare: spec_file_flag 'spec'"):
+        type("Bare", (base.EngineAdapter,), {"spec_file_flag": "spec"})
+
+
+def test_speculative_config_side_file_beside_the_log(fake, tmp_path):
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    profile = fake("vllm").model_copy(update={"speculative": SpeculativeConfig(**spec)})
+    adapter = FileSpecAdapter()
+    assert engines.engine("vllm").side_files(profile, tmp_path / "x.log") == []  # off by default
+    with adapter.launch(profile, tmp_path / "logs", log_name="cell") as engine:
+        assert engine.alive()
+        side = tmp_path / "logs" / "cell.speculative.json"
+        assert engine.argv[-2:] == ["--speculative_config_file", str(side.resolve())]
+        assert json.loads(side.read_text()) == spec
+        assert f"--speculative_config_file {side.resolve()}" in engine.log_path.read_text()
+    none = fake("vllm")  # no speculation: no file, no flag
+    with adapter.launch(none, tmp_path / "plain") as engine:
+        assert "--speculative_config_file" not in engine.argv
+    assert not list((tmp_path / "plain").glob("*.speculative.json"))

@@ -9,6 +9,7 @@ runs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -16,7 +17,7 @@ import pytest
 
 from specrepro import pipeline
 from specrepro.analysis import claims as claims_mod
-from specrepro.analysis import figure_checks, figures, verdicts
+from specrepro.analysis import figure_checks, figures, figures_load, verdicts
 from specrepro.analysis.claims import claims_for
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.overlay import overlay, overlay_tables, published_ranges
@@ -166,6 +167,31 @@ def test_a_crossover_is_drawn_only_where_the_ratio_crosses_one_between_levels():
     fig = figures.load_sweep(g, claims_for(g.notebook_id))
     line = [ln for ln in fig.axes[2].lines if ln.get_label().startswith("static 7 crosses")]
     assert line and 2 < line[0].get_xdata()[0] < 4
+
+
+def test_the_crossing_arm_is_the_one_the_claims_say_crosses_not_a_method_or_draft_count():
+    f = finding(DEFAULT, "06_draft_schedule_under_load", _static7(below_first=False))
+    claims = claims_for(f.notebook_id)
+    assert figures_load.crossing_arm(f, claims) == "static-k7"
+
+    def moved(to: str | None, also: str | None = None) -> claims_mod.Claims:
+        checks = []
+        for r in claims.checks:
+            if r.a is not None and r.a.arm == "static-k7" and r.b is not None:
+                if to is None:
+                    continue
+                checks.append(replace(r, a=replace(r.a, arm=to)))
+                if also:
+                    checks.append(replace(r, a=replace(r.a, arm=also)))
+            else:
+                checks.append(r)
+        return replace(claims, checks=tuple(checks))
+
+    assert figures_load.crossing_arm(f, moved("static-k5")) == "static-k5"
+    assert figures_load.crossing_arm(f, moved(None)) is None
+    with pytest.raises(claims_mod.ClaimsError,
+                       match=r"06_draft_schedule_under_load: .*'static-k5', 'static-k7'.* one"):
+        figures_load.crossing_arm(f, moved("static-k7", also="static-k5"))
 
 
 # ------------------------------------------------------------------------ 07: the bill

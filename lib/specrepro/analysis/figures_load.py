@@ -4,7 +4,10 @@ Design (figures.py has the suite's; figures_common.py the shared pieces):
 - `load_sweep`: throughput against streams (measured, article in a panel of its own) and
   each arm's ratio to no speculation on one axis, run by run against the baseline's mean,
   with the article's ratios marked at its own levels (8 and 32 streams; a level this run
-  does not reach is labelled so on the axis) and the crossing of static 7 drafts.
+  does not reach is labelled so on the axis) and the crossing of the arm the claims say
+  crosses the baseline (`crossing_arm`: the arm claims.yaml's checks put above the study's
+  baseline at the lowest level and below it at the highest; notebook 06's static 7 drafts),
+  found by what the claim says of it, never by its method or draft count.
 - `bill_chart`: KV pool per arm; the pool's change against MTP beside both articles' (the
   MTP arm found through claims.yaml, `kv_reference`: the study arm mapped to a published
   MTP arm, which vLLM and SGLang run as an EAGLE head; where the study has none, nothing of
@@ -23,7 +26,7 @@ from specrepro import metrics
 from specrepro.analysis import figures_common as fc
 from specrepro.analysis import figures_marks as fm
 from specrepro.analysis import tables
-from specrepro.analysis.claims import Claims
+from specrepro.analysis.claims import Claims, ClaimsError
 from specrepro.analysis.figures_sweep import TPS, article_lines, published_against_base
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.overlay import published_points
@@ -52,10 +55,8 @@ def load_sweep(f: Finding, claims: Claims) -> fc.plt.Figure:
         fc.article_marker(axes[2], row["concurrency"], row["value"] / row["_b"], color)
     fc.key(axes[2], f"article {claims.article} (diamonds, the arm's colour)", "article",
            **fc.ARTICLE)
-    static7 = next((a.name for a in f.study.arms if a.resolved.method == "dflash"
-                    and a.resolved.speculative.num_speculative_tokens == 7
-                    and not a.resolved.speculative.num_speculative_tokens_per_batch_size), None)
-    cross, note = _crossing(c, static7, base, base_label) if static7 else (None, "")
+    crossing = crossing_arm(f, claims)
+    cross, note = _crossing(c, crossing, base, base_label) if crossing else (None, "")
     if cross is not None:
         axes[2].axvline(cross, color="grey", linestyle=":", label=note)
     axes[2].axhline(1.0, color="grey", linewidth=0.8)
@@ -66,6 +67,27 @@ def load_sweep(f: Finding, claims: Claims) -> fc.plt.Figure:
     fm.mark(fig)
     fc.legend_below(fig, axes)
     return fig
+
+
+def crossing_arm(f: Finding, claims: Claims) -> str | None:
+    """The study arm the claims say crosses the baseline as load grows: one that a compare
+    check puts above the study's baseline at the lowest level and another below it at the
+    highest (06: "static 7 drafts beats no speculation at low load" and "is slower than no
+    speculation at the highest load"). None where no arm of the study is claimed to cross;
+    more than one fails naming the claims entry, since the figure marks one crossing."""
+    base, arms = f.study.baseline, [a.name for a in f.study.arms]
+
+    def claimed(level: str, direction: str) -> set[str]:
+        return {r.a.arm for r in claims.checks
+                if r.kind == "compare" and r.a is not None and r.b is not None
+                and r.b.arm == base and r.a.concurrency == level and r.direction == direction}
+
+    found = [a for a in arms if a in claimed("lowest", "higher") & claimed("highest", "lower")]
+    if len(found) > 1:
+        raise ClaimsError(f"claims.yaml {claims.notebook_id}: checks claim {found} each cross "
+                         f"the baseline {base!r} (above it at the lowest level, below at the "
+                         "highest); the load figure marks one crossing: expected at most one")
+    return found[0] if found else None
 
 
 def _crossing(cells: pl.DataFrame, arm: str, base: str, base_label: str

@@ -33,13 +33,11 @@ import polars as pl
 from specrepro.analysis import step_cost_suite
 from specrepro.analysis.finding import Finding, devices
 from specrepro.analysis.mechanism import mechanisms, precondition_line
-from specrepro.params.engine_kinds import KINDS
+from specrepro.params.engine_kinds import KINDS, WORDS
 
 THRESHOLD = float(mechanisms()["weight_read_step"]["min_busy"])
 SPEED_METRICS = frozenset({"agg_tok_s", "per_stream_tok_s", "agg_tok_s_change_pct", "step_ms",
                            "tokens_per_joule", "power_w_mean", "energy_j"})
-ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang", "embedded": "the embedded engine",
-                "transformers": "transformers"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ def substrate_line(f: Finding) -> str:
     seen: dict[str, Busy] = {}
     for a in f.study.arms:
         b = busy(f, a.name)
-        engine = ENGINE_WORDS.get(_engine(f, a.name) or "", a.name)
+        engine = WORDS.get(_engine(f, a.name) or "", a.name)
         if b is not None and engine not in seen:
             seen[engine] = b
     gpu = {e: b for e, b in seen.items() if b.device == "GPU"}

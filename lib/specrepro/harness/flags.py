@@ -4,7 +4,9 @@ Design:
 - Flags are data (`profile.flags`), rendered to an argv list, never a shell string
   (`render_flags`): true → the bare flag, false → its `--no-` form (or nothing for a
   store_true flag), a mapping → compact JSON, a list → one value per item (nargs), anything
-  else → its text.
+  else → its text. How a key is spelled as a flag is the engine's fact: `render_flags` asks
+  the adapter's `flag_name` (`EngineAdapter.flag_separator`: `--max-num-seqs` for every
+  engine here, `--max_num_seqs` for one whose flags join their words with `_`).
 - Every vLLM/SGLang flag, speculative-config key and method value is checked against the
   lists `scripts/extract_engine_cli.py` generated from the real wheels (`engine_cli/*.json`,
   read by `engine_cli`); the embedded engine's list is its server's command line
@@ -20,6 +22,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -58,9 +61,17 @@ def profile_file(profile: Profile, source: str | Path | None = None) -> str:
     return str(getattr(profile, "source", None) or f"params/profiles/{profile.name}.yaml")
 
 
-def flag_name(key: str) -> str:
-    """`gpu-memory-utilization`, `--gpu-memory-utilization` or `gpu_memory_utilization` → `--…`."""
-    return "--" + key.lstrip("-").replace("_", "-")
+FLAG_SEPARATORS = ("-", "_")  # how an engine's flags join their words
+
+
+def flag_name(key: str, separator: str = "-") -> str:
+    """`gpu-memory-utilization`, `--gpu-memory-utilization` or `gpu_memory_utilization` →
+    `--gpu-memory-utilization`, its words joined by the engine's `separator` (`_`:
+    `--gpu_memory_utilization`)."""
+    if separator not in FLAG_SEPARATORS:
+        raise ValueError(f"flag separator {separator!r}: expected one of {FLAG_SEPARATORS}")
+    other = FLAG_SEPARATORS[1 - FLAG_SEPARATORS.index(separator)]
+    return "--" + key.lstrip("-").replace(other, separator)
 
 
 def _suggest(found: str, valid: list[str]) -> str:
@@ -92,14 +103,15 @@ class FlagCheck:
 
 
 def render_flags(flags: dict[str, Any], accepted: dict, reserved: dict[str, str],
-                 check: FlagCheck) -> list[str]:
+                 check: FlagCheck, spell: Callable[[str], str] = flag_name) -> list[str]:
     """profile.flags → argv: true → bare flag, false → `--no-flag` (or nothing for a
     store_true flag), a mapping → compact JSON, a list → one value per item (nargs),
-    anything else → its text. Each flag and each listed choice is checked."""
+    anything else → its text. Each flag and each listed choice is checked. `spell`: how
+    the engine spells a key as a flag (its adapter's `flag_name`)."""
     known, choices = set(accepted["flags"]), accepted.get("flag_choices", {})
     argv: list[str] = []
     for key, value in flags.items():
-        name, where = flag_name(key), f"flags.{key}"
+        name, where = spell(key), f"flags.{key}"
         if name in reserved:
             check.fail(where, f"expected it from the profile's {reserved[name]}, found it in flags")
             continue
@@ -110,7 +122,7 @@ def render_flags(flags: dict[str, Any], accepted: dict, reserved: dict[str, str]
         if value is True:
             argv.append(name)
         elif value is False:
-            negated = "--no-" + name[2:]
+            negated = spell("no-" + name[2:])
             argv += [negated] if negated in known else []
         elif isinstance(value, dict):
             argv += [name, json.dumps(value, separators=(",", ":"))]

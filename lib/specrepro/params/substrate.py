@@ -13,7 +13,9 @@ no-speculation arm to divide its step by. `card` and `target` name the step-cost
 records of the suite's device and target (lib/specrepro/analysis/step_cost_cards.yaml and
 step_cost_models.yaml): the substrate line then states the bandwidth floor against
 the card's rated and measured bandwidth with every drafter's bytes (analysis/step_cost.py),
-and notebook 08 places the suite's cells on the card's roofline. The names are checked where
+and notebook 08 places the suite's cells on the card's roofline. The engines `busy` and
+`step_probe` may name are engine_kinds.MEASURING_NAMES (every engine that computes its own
+tokens), not a list of their own. The names are checked where
 they are read (params cannot import the analysis) and by tests/test_step_cost.py.
 """
 
@@ -23,6 +25,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from specrepro.params.engine_kinds import MEASURING_NAMES
 from specrepro.params.strict import Strict
 
 
@@ -40,7 +43,7 @@ class StepProbe(Strict):
     """An engine's step-stage probe on this suite's device: the file (under the repository
     root) whose last JSON line holds its rows, and which engine it measured."""
 
-    engine: Literal["vllm", "sglang", "embedded", "transformers"]
+    engine: Literal[MEASURING_NAMES]  # type: ignore[valid-type]
     source: str
 
 
@@ -50,7 +53,7 @@ class Substrate(Strict):
     measured outside the cells by engine (the host-bound rule: analysis/host_bound.py)."""
 
     summary: str
-    busy: dict[Literal["vllm", "sglang", "embedded", "transformers"], BusyShare] = Field(
+    busy: dict[Literal[MEASURING_NAMES], BusyShare] = Field(  # type: ignore[valid-type]
         default_factory=dict)
     step_probe: StepProbe | None = None
     card: str | None = None    # a card record of analysis/step_cost_cards.yaml

@@ -8,7 +8,13 @@ Design:
   asks for, never branching on an engine's name (tests/test_engine_branches.py):
   - `render_argv`: a profile → the engine's argv, its flags checked and rendered by
     `flags.py` against the engine version's generated lists (harness/engine_cli/; a wrong
-    one fails as a `ParamsError` naming the profile file and the flag);
+    one fails as a `ParamsError` naming the profile file and the flag), each key spelled
+    by the adapter's `flag_name` (`flag_separator`: `-` by default, `_` for an engine
+    whose flags read `--max_num_seqs`);
+  - `spec_file_flag`: for an engine that reads its speculative config from a file, the flag
+    that takes the file's path; `launch()` writes `speculative_file(profile)` beside the
+    engine's log (`<log name>.speculative.json`) and passes it (`side_files`). None, the
+    default (every engine here): the config goes on the command line;
   - `routes` (readiness, version: `process.Routes`), `log_facts` (startup-log patterns,
     `process.LogFact`), `metrics` (`promtext.MetricNames`: counters, latency histograms,
     what a missing /metrics costs; None for an engine with no /metrics),
@@ -36,6 +42,7 @@ Design:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,9 +52,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from specrepro.harness import lifecycle, promtext
+from specrepro.harness import flags, lifecycle, promtext
 from specrepro.harness.engine_handle import EngineHandle
-from specrepro.harness.flags import engine_cli, engine_cli_versions, flag_name
+from specrepro.harness.flags import engine_cli, engine_cli_versions
 from specrepro.harness.loadgen import RequestFeatures
 from specrepro.harness.process import (
     LogFact,
@@ -138,6 +145,46 @@ class EngineAdapter:
     # and POST /stop_profile (harness/profiling.py): the flags and environment that turn it
     # on, "{dir}" standing for the folder. Empty: this harness cannot turn one on.
     profiling: ClassVar[dict[str, dict]] = {}
+    # How its flags join their words (flags.FLAG_SEPARATORS): `--max-num-seqs` ("-") or
+    # `--max_num_seqs` ("_"); a profile may write a key either way.
+    flag_separator: ClassVar[str] = "-"
+    # An engine that reads its speculative config from a file: the flag that takes the
+    # file's path (launch() writes it beside the log: `side_files`); None: none does.
+    spec_file_flag: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.flag_separator not in flags.FLAG_SEPARATORS:
+            raise TypeError(f"engine adapter {cls.__qualname__}: flag_separator "
+                            f"{cls.flag_separator!r}, expected one of {flags.FLAG_SEPARATORS}")
+        if cls.spec_file_flag is not None and not cls.spec_file_flag.startswith("--"):
+            raise TypeError(f"engine adapter {cls.__qualname__}: spec_file_flag "
+                            f"{cls.spec_file_flag!r}, expected a flag (`--...`)")
+
+    def flag_name(self, key: str) -> str:
+        """A profile's flag key as this engine spells the flag (`max_num_seqs` →
+        `--max-num-seqs`, or `--max_num_seqs` where `flag_separator` is `_`)."""
+        return flags.flag_name(key, self.flag_separator)
+
+    def speculative_file(self, profile: Profile) -> dict | None:
+        """What a `spec_file_flag` engine's side file holds: the profile's speculative
+        settings (None: it has none, and no file is written)."""
+        if profile.speculative is None:
+            return None
+        return profile.speculative.model_dump(mode="json", exclude_none=True)
+
+    def side_files(self, profile: Profile, log_path: Path) -> list[str]:
+        """Write the configs this engine reads from files beside its log (`<log name>.
+        speculative.json`, replaced at each launch); the argv that names them ([] for an
+        engine with no `spec_file_flag`, or a profile with nothing to put in one)."""
+        if self.spec_file_flag is None:
+            return []
+        spec = self.speculative_file(profile)
+        if spec is None:
+            return []
+        path = log_path.with_name(f"{log_path.stem}.speculative.json")
+        path.write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n")
+        return [self.spec_file_flag, str(path.resolve())]
 
     def flag_list(self, profile: Profile) -> tuple[dict, str]:
         """The generated flag list the profile's argv is checked against, and its name: the
@@ -160,7 +207,8 @@ class EngineAdapter:
     def flag(self, profile: Profile, name: str) -> tuple[str, Any] | None:
         """(the key as the profile writes it, its value) of one of its flags (`--max-num-seqs`
         matches `max-num-seqs`, `max_num_seqs`), or None where the profile sets none."""
-        return next(((k, v) for k, v in profile.flags.items() if flag_name(k) == name), None)
+        return next(((k, v) for k, v in profile.flags.items() if self.flag_name(k) == name),
+                    None)
 
     def profiled(self, profile: Profile, out_dir: str | Path) -> Profile:
         """The profile with its engine's profiler turned on, writing to out_dir."""
@@ -248,7 +296,7 @@ class EngineAdapter:
         argv = self.render_argv(profile, source)
         pinned = placement is not None and placement.pinned
         if pinned and self.threads_flag and placement.threads is not None and not any(
-                flag_name(k) == self.threads_flag for k in profile.flags):
+                self.flag_name(k) == self.threads_flag for k in profile.flags):
             argv += [self.threads_flag, str(placement.threads)]
         url = self.url(profile)
         log_dir, pid_dir = Path(log_dir), Path(pid_dir or Path(log_dir) / ".engines")
@@ -256,6 +304,7 @@ class EngineAdapter:
             raise EngineError(f"profile {profile.name!r}: {taken}")
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{log_name or profile.name}.log"
+        argv += self.side_files(profile, log_path)
         env = {**os.environ, **profile.env, **lifecycle.marker_env(pid_dir, profile.port)}
         with log_path.open("ab") as log:
             offset = log.tell()  # appended to by every launch: this one's lines start here

@@ -17,7 +17,7 @@ from typing import ClassVar
 from specrepro import speculative
 from specrepro.harness.engines.base import Probe
 from specrepro.harness.engines.vllm import VLLMAdapter
-from specrepro.harness.flags import FlagCheck, flag_name, profile_file, render_flags
+from specrepro.harness.flags import FlagCheck, profile_file, render_flags
 from specrepro.params import Profile
 
 
@@ -56,9 +56,10 @@ class EmbeddedAdapter(VLLMAdapter):
         """The profile's `threads`, else the server's own default: 1 on the CPU device
         (serve.engine_threads), torch's on cuda (as many as it is given)."""
         for key, value in profile.flags.items():
-            if flag_name(key) == self.threads_flag and value is not None:
+            if self.flag_name(key) == self.threads_flag and value is not None:
                 return int(value)
-        device = next((v for k, v in profile.flags.items() if flag_name(k) == "--device"), "cpu")
+        device = next((v for k, v in profile.flags.items()
+                       if self.flag_name(k) == "--device"), "cpu")
         return 1 if device == "cpu" else None
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
@@ -85,6 +86,7 @@ class EmbeddedAdapter(VLLMAdapter):
                 check.fail("speculative.quantization", f"expected {valid}, "
                                                        f"found {spec['quantization']!r}")
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-        argv += render_flags(profile.flags, accepted, self.reserved, check)
+        argv += render_flags(profile.flags, accepted, self.reserved, check,
+                              spell=self.flag_name)
         check.raise_if_any()
         return argv

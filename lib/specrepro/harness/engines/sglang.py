@@ -244,7 +244,8 @@ class SGLangAdapter(EngineAdapter):
         if profile.speculative is not None:
             argv += self.speculative_flags(profile, accepted, check)
         argv.append("--enable-metrics")  # off by default; /metrics needs it
-        argv += render_flags(profile.flags, accepted, self.reserved, check)
+        argv += render_flags(profile.flags, accepted, self.reserved, check,
+                              spell=self.flag_name)
         for i, part in enumerate(argv):  # the derived flags must exist in this version too
             if i >= len(self.command(profile)) and part.startswith("--") \
                     and part not in accepted["flags"]:

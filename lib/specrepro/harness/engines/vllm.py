@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from specrepro.harness.engines.base import EngineAdapter, Probe
-from specrepro.harness.flags import FlagCheck, flag_name, model_flags, profile_file, render_flags
+from specrepro.harness.flags import FlagCheck, model_flags, profile_file, render_flags
 from specrepro.harness.loadgen import RequestFeatures
 from specrepro.harness.process import LogFact, Routes
 from specrepro.harness.promtext import MetricNames
@@ -138,11 +138,13 @@ class VLLMAdapter(EngineAdapter):
         if profile.speculative is not None:
             spec = self.speculative_config(profile, accepted, check)
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-        if any(flag_name(k) == "--disable-log-stats" and v for k, v in profile.flags.items()):
+        if any(self.flag_name(k) == "--disable-log-stats" and v
+               for k, v in profile.flags.items()):
             check.fail("flags.disable-log-stats", "expected the engine's metrics on (the harness "
                        "reads acceptance from them), found disable-log-stats, which removes them")
         self.check_compilation(profile, accepted, check)
-        argv += render_flags(profile.flags, accepted, self.reserved, check)
+        argv += render_flags(profile.flags, accepted, self.reserved, check,
+                              spell=self.flag_name)
         check.raise_if_any()
         return argv
 
@@ -177,7 +179,7 @@ class VLLMAdapter(EngineAdapter):
     def check_compilation(self, profile: Profile, accepted: dict, check: FlagCheck) -> None:
         """`compilation-config` keys and its cudagraph_mode (case-insensitive in vLLM)."""
         for key, value in profile.flags.items():
-            if flag_name(key) != "--compilation-config" or not isinstance(value, dict):
+            if self.flag_name(key) != "--compilation-config" or not isinstance(value, dict):
                 continue
             for sub, sub_value in value.items():
                 where = f"flags.{key}.{sub}"
