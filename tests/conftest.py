@@ -71,6 +71,20 @@ def random_prompts(n: int, seed: int) -> list[list[int]]:
     return out
 
 
+def store_cell_id(n: int) -> str:
+    """A constructed store's cell id: arm 'a' at concurrency n (the store tests' cells)."""
+    from specrepro.identity import digest
+
+    return digest(arm={"name": "a"}, concurrency=n, seed=0)
+
+
+def store_requests(n: int) -> list[dict]:
+    """n request rows of two tokens each, as a constructed store's cell holds them."""
+    return [{"request_idx": i, "prompt_id": f"p{i}", "ttft_s": 0.1, "completion_tokens": 2,
+             "chunk_gap_us": [100_000, 10_000], "chunk_tokens": [1, 1], "token_ids": [1, 2]}
+            for i in range(n)]
+
+
 def self_distilled(ckpt: Path, name: str, cfg, batch_kwargs=lambda g: {}, steps: int = 60):
     """Drafter `name` of DrafterConfig `cfg`, trained `steps` steps on the tiny target's own
     greedy continuations (16 random 4-token starts + 28 tokens, labels the target's argmax)

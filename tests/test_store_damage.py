@@ -10,23 +10,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from specrepro.identity import digest
+from conftest import store_cell_id as cid
+from conftest import store_requests as requests_for
 from specrepro.store import ResultStore, compaction, load_cells, load_requests
 from specrepro.store.files import ALL_SESSIONS
 from specrepro.store.integrity import damage
 
 STUDY, RUN = "01_drafter_block_sweep", "r1"
 REPO = Path(__file__).resolve().parents[1]
-
-
-def cid(n: int) -> str:
-    return digest(arm={"name": "a"}, concurrency=n, seed=0)
-
-
-def requests_for(n: int) -> list[dict]:
-    return [{"request_idx": i, "prompt_id": f"p{i}", "ttft_s": 0.1, "completion_tokens": 2,
-             "chunk_gap_us": [100_000, 10_000], "chunk_tokens": [1, 1], "token_ids": [1, 2]}
-            for i in range(n)]
 
 
 def session(results_dir: Path, cells: list[int]) -> ResultStore:
