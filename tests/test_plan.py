@@ -462,6 +462,32 @@ def test_stored_cells_are_not_planned_again(tmp_path):
     assert len(result.stored[S06]) == 1
 
 
+def test_a_copy_filed_in_a_store_is_stored_not_filed_again(tmp_path):
+    # 07's dflash-k7 filed from 06's static-k7 by an earlier command: the copy is 07's cell,
+    # so no later command plans it (a command that only files copies costs a call)
+    s6 = study("06", S06, [("none", "p-none"), ("static-k7", "p-k7")])
+    s7 = study("07", S07, [("none", "p-none"), ("dflash-k7", "p-k7")])
+    path = write(tmp_path, {S06: s6, S07: s7},
+                 priors(order=[{"notebooks": [S06, S07]}], **BIG))
+    (st6, _, _), (st7, _, _) = resolve(path)
+    row = dict(repeat=0, top_p=1.0, top_k=-1)
+    store_with(tmp_path, "06", cells=[cell_row("p-none" if c.arm.name == "none" else "p-k7",
+                                               c.concurrency, 20.0, arm=c.arm.name,
+                                               seed=c.seed, **row) for c in st6.cells()])
+    sevens = [c for c in st7.cells() if c.arm.name == "dflash-k7"]
+    store_with(tmp_path, "07", cells=[cell_row("p-k7", c.concurrency, 20.0, arm="dflash-k7",
+                                               seed=c.seed, shared_from=f"06/{i:016x}", **row)
+                                      for i, c in enumerate(sevens)])
+    stored = read_stores([tmp_path / "results"])
+    assert len(stored.copies) == len(sevens) and all(c.study == "07" for c in stored.copies)
+    result, _ = planned(path, stored=stored)
+    assert len(result.stored[S07]) == len(sevens)  # counted as stored
+    # 07's none is 06's stored none: filed by the plan, once; dflash-k7 is not filed again
+    assert sorted(e.pc.cell.arm.name for e in events(result, "copy", S07)) == (
+        ["none"] * len(s7["concurrency"]))
+    assert not events(result, "cell")
+
+
 # -------------------------------------------------------------------- params errors
 
 

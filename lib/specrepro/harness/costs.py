@@ -13,7 +13,8 @@ Design:
   and one that failed (`error`) or attached (`ready_s` null) timed no start.
 - A cell is counted where it was measured: a copy filed from another study's attempt
   (`shared_from`, harness/shared_cells.py) carries the measured attempt's times, so it is
-  left out (it cost nothing). `status` is kept: a constant reads `ok` attempts only, the
+  left out of `cells` (it cost nothing) and kept apart in `copies`: it is still a cell the
+  study holds, which the planner must not plan (and file) again. `status` is kept: a constant reads `ok` attempts only, the
   spent time (harness/plan_spent.py) every attempt, since a failed or interrupted one
   spent its seconds too.
 - `before` keeps what was stored before an instant only: the costs a plan had before a
@@ -83,24 +84,38 @@ class Stored:
     starts: list[StoredStart] = field(default_factory=list)
     cells: list[StoredCell] = field(default_factory=list)
     roots: list[Path] = field(default_factory=list)  # the stores read
+    copies: list[StoredCell] = field(default_factory=list)  # filed from another study's cell
 
     def before(self, when: dt.datetime | None) -> Stored:
         """What was stored before `when` (all of it where None)."""
         if when is None:
             return self
         return Stored([s for s in self.starts if s.session_at < when],
-                      [c for c in self.cells if c.started_at < when], self.roots)
+                      [c for c in self.cells if c.started_at < when], self.roots,
+                      [c for c in self.copies if c.started_at < when])
 
     def since(self, when: dt.datetime | None) -> Stored:
         """What was stored at `when` or after (all of it where None)."""
         if when is None:
             return self
         return Stored([s for s in self.starts if s.session_at >= when],
-                      [c for c in self.cells if c.started_at >= when], self.roots)
+                      [c for c in self.cells if c.started_at >= when], self.roots,
+                      [c for c in self.copies if c.started_at >= when])
 
     def ok_measured(self) -> list[StoredCell]:
         """The ok attempts: what a cell constant is read from (copies are not stored here)."""
         return [c for c in self.cells if c.status == "ok"]
+
+    def ok_held(self) -> list[StoredCell]:
+        """The ok attempts a study's store holds, measured there or filed from another's:
+        the cells that are done."""
+        return [c for c in self.cells + self.copies if c.status == "ok"]
+
+    def within(self, roots: set[Path]) -> Stored:
+        """What the stores in `roots` hold."""
+        return Stored([s for s in self.starts if s.root in roots],
+                      [c for c in self.cells if c.root in roots], sorted(roots),
+                      [c for c in self.copies if c.root in roots])
 
 
 def store_roots(dirs: Iterable[Path | str]) -> list[Path]:
@@ -145,12 +160,13 @@ def read_starts(root: Path) -> list[StoredStart]:
     return out
 
 
-def read_cells(root: Path) -> list[StoredCell]:
-    """One store's attempts that were measured there (not copies), with their wall spans."""
+def read_cells(root: Path, *, copies: bool = False) -> list[StoredCell]:
+    """One store's attempts that were measured there, with their wall spans; with `copies`,
+    the ones filed there from another study's attempt instead (module docstring)."""
     rows = load_attempts(root)
     out = []
     for r in rows.iter_rows(named=True):
-        if r.get("shared_from") or r["started_at"] is None or r["ended_at"] is None:
+        if bool(r.get("shared_from")) != copies or r["started_at"] is None or r["ended_at"] is None:
             continue
         out.append(StoredCell(
             study=r["study"] or root.parent.name, arm=r["arm"] or "", profile=r["profile"] or "",
@@ -172,4 +188,5 @@ def read_stores(dirs: Sequence[Path | str]) -> Stored:
         stored.roots.append(root)
         stored.starts += read_starts(root)
         stored.cells += read_cells(root)
+        stored.copies += read_cells(root, copies=True)
     return stored

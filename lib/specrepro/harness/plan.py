@@ -204,9 +204,10 @@ def steps_for(plan: Plan | None, selected: Sequence[str]) -> list[Step]:
 
 
 def stored_match(study: ResolvedStudy, stored: Stored) -> set[tuple]:
-    """What the study's store holds as ok attempts, by what a cell declares."""
+    """What the study's store holds as ok attempts (a copy filed from another study's cell
+    too), by what a cell declares."""
     return {(c.arm, c.profile, c.workload, c.concurrency, c.temperature, c.top_p, c.top_k,
-             c.repeat, c.seed) for c in stored.ok_measured() if c.study == study.name}
+             c.repeat, c.seed) for c in stored.ok_held() if c.study == study.name}
 
 
 def declared(pc_cell: Cell) -> tuple:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specrepro import probe_answers
 from specrepro.harness.cost_model import CostModel
-from specrepro.harness.costs import Stored, read_stores
+from specrepro.harness.costs import read_stores
 from specrepro.harness.deadline import seconds_arg, zoned_time_arg
 from specrepro.harness.plan import display, make_plan
 from specrepro.harness.plan_report import render
@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     stored = read_stores([results, *args.costs_from])
     own = {(results / st.name / run_id).resolve()
            for st, _, run_id in plans}
-    suite_stored = Stored([s for s in stored.starts if s.root in own],
-                          [c for c in stored.cells if c.root in own], sorted(own))
+    suite_stored = stored.within(own)
     studies = {st.notebook_id: st for st, _, _ in plans}
     where = (f"results in {display(results)} ({len([r for r in stored.roots if r in own])} of "
              f"the plan's stores found)")
