@@ -109,7 +109,7 @@ def test_the_substrate_floor_line_puts_the_drafters_bytes_in_and_states_both_flo
     card, target = data.card("h200"), data.model("standin-target")
 
     def arm(name, spec=None, drafter=None):
-        prof = SimpleNamespace(speculative=spec, drafter=drafter, model=SimpleNamespace(
+        prof = SimpleNamespace(speculative=spec, drafter=drafter, flags={}, model=SimpleNamespace(
             id="build/standin/target"))
         return SimpleNamespace(name=name, noise_of=None, resolved=prof)
 
