@@ -15,9 +15,10 @@ import polars as pl
 import pytest
 import yaml
 
-from specrepro import params
+from specrepro import params, pipeline
 from specrepro.analysis import step_cost as sc
 from specrepro.analysis import step_cost_articles as arts
+from specrepro.analysis import step_cost_cells as cells_mod
 from specrepro.analysis import step_cost_check as chk
 from specrepro.analysis import step_cost_data as data
 from specrepro.analysis import step_cost_suite
@@ -109,7 +110,7 @@ def test_the_substrate_floor_line_puts_the_drafters_bytes_in_and_states_both_flo
     card, target = data.card("h200"), data.model("standin-target")
 
     def arm(name, spec=None, drafter=None):
-        prof = SimpleNamespace(speculative=spec, drafter=drafter, model=SimpleNamespace(
+        prof = SimpleNamespace(speculative=spec, drafter=drafter, flags={}, model=SimpleNamespace(
             id="build/standin/target"))
         return SimpleNamespace(name=name, noise_of=None, resolved=prof)
 
@@ -129,6 +130,50 @@ def test_the_substrate_floor_line_puts_the_drafters_bytes_in_and_states_both_flo
     assert f"{100 * measured / 8.90:.0f} % of the measured floor's speed" in line
     rated = sc.floor_ms(card, target.weights.n_bytes)["rated"]
     assert f"{100 * rated / 7.05:.0f} % of the rated floor's speed" in line
+
+
+def test_notebook_03s_arms_each_read_their_own_precisions_bytes_in_the_h100_floor():
+    """The H100 suite's 03: bf16, FP8 at load and the NVFP4 export are three records, so the
+    floor line and the model's rows give each arm its own bytes a step and share of the floor."""
+    f = pipeline.load_finding(ROOT / "params/h100-standin.yaml", "03_target_precision", "replay")
+    drafter = data.model("standin-dflash").weights.n_bytes
+    own = {"target-bf16": "standin-target", "target-fp8": "standin-target-fp8",
+           "target-nvfp4": "standin-target-nvfp4"}
+    rows = step_cost_suite.finding_cells(f)
+    assert dict(zip(rows["arm"], rows["target"], strict=True)) == own
+    line = step_cost_suite.floor_line(f)
+    h100 = data.card("h100")
+    for arm, record in own.items():
+        step = data.model(record).weights.n_bytes + drafter  # one block pass of the drafter
+        assert f"{step / 1e9:.3g} GB, floor {sc.floor_ms(h100, step)['rated']:.2f} ms rated" in line
+        ms = float(f.cells.filter((pl.col("arm") == arm) & (pl.col("concurrency") == 1))
+                   ["step_ms"].mean())
+        share = 100 * sc.floor_ms(h100, step)["rated"] / ms
+        assert f"{arm} {ms:.2f} ms ({share:.0f} % of the rated floor's speed)" in line
+    assert "its own target: " + data.model("standin-target-fp8").label in line
+    assert "No target record" not in line
+    # the targets' bytes a step, as the records say: FP8 a byte a weight, NVFP4 4.5 bits (a
+    # scale a 16), each with the bf16 head and what vLLM allocates beyond the tensors
+    bf16, fp8, nvfp4 = (data.model(own[a]).weights.n_bytes for a in own)
+    assert 0.49 < fp8 / bf16 < 0.52 and 0.27 < nvfp4 / bf16 < 0.30
+
+
+def test_an_arm_serving_what_no_record_names_is_priced_as_the_suites_target_and_said_so():
+    target = data.model("standin-target").weights.n_bytes
+
+    def arm(name, flags):
+        prof = SimpleNamespace(speculative=None, drafter=None, flags=flags,
+                               model=SimpleNamespace(id="build/standin/target"))
+        return SimpleNamespace(name=name, noise_of=None, resolved=prof)
+
+    study = SimpleNamespace(arms=[arm("plain", {}), arm("int4", {"quantization": "awq"})])
+    f = SimpleNamespace(suite=SimpleNamespace(substrate=SimpleNamespace(
+        card="h100", target="standin-target")), study=study,
+        cells=pl.DataFrame({"arm": ["plain"], "concurrency": [1], "step_ms": [9.0]}))
+    line = step_cost_suite.floor_line(f)
+    assert f"plain, int4: {target / 1e9:.3g} GB" in line
+    assert line.endswith("No target record for what int4 (build/standin/target, quantization "
+                         "awq) serves: priced as the suite's target.")
 
 
 # ------------------------------------------------------------------ the bound and the ridge
@@ -240,6 +285,69 @@ def test_every_card_has_a_bandwidth_and_the_shipped_suites_name_known_records():
         sub = params.load_suite(path).substrate
         if sub is not None and sub.card:
             assert data.card(sub.card) and data.model(sub.target).role == "target", path.name
+
+
+@pytest.mark.parametrize(("profile", "record"), [
+    ("profiles-h100/vllm-0.26-fp8-standin-dflash-k7", "standin-target-fp8"),
+    ("profiles-h100/vllm-nvfp4-0.26-standin-dflash-k7", "standin-target-nvfp4"),
+    ("profiles-h100/vllm-0.26-standin-dflash-k7", "standin-target"),
+    ("profiles/embedded-standin-none", "standin-target"),   # the embedded engine's 'none'
+    ("profiles/embedded-none", "small-target-fp32"),
+])
+def test_a_profile_finds_its_target_by_model_id_and_the_quantization_it_is_served_with(
+        profile, record):
+    prof = params.load_profile(ROOT / "params" / f"{profile}.yaml")
+    assert cells_mod.target_record(prof) == record
+
+
+def test_the_fp8_target_is_not_the_bf16_records_and_an_unknown_quantization_has_none():
+    assert data.model_by_id("build/standin/target", "fp8") == "standin-target-fp8"
+    assert data.model_by_id("build/standin/target") == "standin-target"
+    assert data.model_by_id("build/standin/target", "awq") is None
+    assert data.model_by_id("build/standin-nvfp4", "fp8") is None
+
+
+def models_text(**extra) -> str:
+    """The shipped models file with `extra` records added."""
+    raw = yaml.safe_load((ROOT / "lib/specrepro/analysis" / data.MODELS_FILE).read_text())
+    raw["models"].update(extra)
+    return yaml.safe_dump(raw)
+
+
+def test_a_record_key_the_schema_lacks_fails_naming_the_file_and_the_record():
+    raw = yaml.safe_load((ROOT / "lib/specrepro/analysis" / data.MODELS_FILE).read_text())
+    fp8 = {**raw["models"]["standin-target-fp8"], "quantisation": "fp8"}
+    with pytest.raises(data.StepCostDataError,
+                       match=r"step_cost_models.yaml: models\.copy\.quantisation: Extra inputs"):
+        data.validate_text(data.MODELS_FILE, models_text(copy=fp8))
+
+
+def test_two_records_serving_the_same_id_and_quantization_fail_naming_both():
+    raw = yaml.safe_load((ROOT / "lib/specrepro/analysis" / data.MODELS_FILE).read_text())
+    both = r"records '(copy|{0})' and '(copy|{0})' both serve id 'build/standin/target' " \
+           r"with quantization {1}"
+    with pytest.raises(data.StepCostDataError, match=r"step_cost_models.yaml: .*"
+                       + both.format("standin-target-fp8", "'fp8'")):
+        data.validate_text(data.MODELS_FILE,
+                           models_text(copy=raw["models"]["standin-target-fp8"]))
+    # the same id with no quantization is the bf16 record's
+    bf16 = {k: v for k, v in raw["models"]["standin-target-fp8"].items() if k != "quantization"}
+    with pytest.raises(data.StepCostDataError, match=both.format("standin-target", "None")):
+        data.validate_text(data.MODELS_FILE, models_text(copy=bf16))
+    with pytest.raises(data.StepCostDataError, match=r"models\.copy: .*quantization null"):
+        data.validate_text(data.MODELS_FILE, models_text(
+            copy={**raw["models"]["standin-target-fp8"], "quantization": "none"}))
+
+
+def test_a_stored_cell_whose_target_no_record_names_fails_naming_its_profile():
+    prof = SimpleNamespace(name="vllm-awq", flags={"quantization": "awq"},
+                           model=SimpleNamespace(id="build/standin/target"))
+    err = cells_mod._unpriced(prof, None, "standin-dflash", "dflash", "a store: arm at 1")
+    assert isinstance(err, data.StepCostDataError)
+    assert str(err) == ("a store: arm at 1: profile 'vllm-awq' serves model id "
+                        "'build/standin/target' with quantization 'awq', which no record of "
+                        "step_cost_models.yaml names (its `ids` and `quantization`)")
+    assert cells_mod._unpriced(prof, "standin-target", "standin-dflash", "dflash", "x") is None
 
 
 def test_a_published_schedule_gives_its_tiers_drafts_at_each_level():

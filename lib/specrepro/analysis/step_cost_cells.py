@@ -8,10 +8,14 @@ Design:
   drafts and schedule). Nothing here knows a file name.
 - One row a measured speed cell (`COLUMNS`): the card, the engine and its runtime (the
   embedded engine compiled or eager: two engines to the model), the arm, the model records
-  (step_cost_models.yaml, by the profile's ids), drafts at the cell's level (a schedule's
+  (step_cost_models.yaml, by the profile's ids and the quantization its engine applies at
+  load, `flags.quantization`), drafts at the cell's level (a schedule's
   k there), streams, measured tok/s and acceptance (length, and per position where stored),
   how busy the device was (0-1), context tokens a request, and `source`: the file and line,
   or the store and cell id.
+- A stored cell whose target or drafter no record names fails, naming its profile and id:
+  priced as another record (the FP8 target as the bf16 one it is quantized from), its error
+  would be the wrong model's.
 - A cell copied into a second study (`shared_from`) is the first one's measurement and is
   kept once. The acceptance is the cell's own; a level that drafted nothing has none, and a
   step there is plain decoding's.
@@ -28,7 +32,12 @@ import polars as pl
 import yaml
 from pydantic import Field, ValidationError
 
-from specrepro.analysis.step_cost_data import Sourced, StepCostDataError, model_by_id
+from specrepro.analysis.step_cost_data import (
+    MODELS_FILE,
+    Sourced,
+    StepCostDataError,
+    model_by_id,
+)
 from specrepro.params import load_profile
 from specrepro.params.engine_kinds import KINDS
 from specrepro.params.strict import Strict
@@ -120,13 +129,35 @@ def runtime_of(profile) -> str:
     return "compiled" if profile.flags.get(kind.compile_flag) else "eager"
 
 
+def target_record(profile) -> str | None:
+    """The record of the target a profile serves: its model id and the quantization its
+    engine applies at load (`flags.quantization`), or None where no record has both."""
+    return model_by_id(profile.model.id, profile.flags.get("quantization"))
+
+
 def _records(profile, method: str | None) -> tuple[str | None, str | None]:
-    target = model_by_id(profile.model.id)
+    target = target_record(profile)
     if method in (None, "none"):
         return target, None
     # an engine's own drafter folder, else the embedded engine's drafter beside its model
     drafter_id = profile.drafter.id if profile.drafter else f"{profile.model.id}/{method}"
     return target, model_by_id(drafter_id)
+
+
+def _unpriced(profile, target: str | None, drafter: str | None, method: str | None,
+              where: str) -> StepCostDataError | None:
+    """The error for a measured cell whose target or drafter has no record: priced as
+    another record's, its error would be the wrong model's (the FP8 target read as bf16)."""
+    if target is None:
+        q = profile.flags.get("quantization")
+        return StepCostDataError(
+            f"{where}: profile {profile.name!r} serves model id {profile.model.id!r}"
+            + (f" with quantization {q!r}" if q not in (None, "none") else "")
+            + f", which no record of {MODELS_FILE} names (its `ids` and `quantization`)")
+    if method and drafter is None:
+        return StepCostDataError(f"{where}: profile {profile.name!r} drafts by {method!r} with "
+                                 f"a drafter no record of {MODELS_FILE} names")
+    return None
 
 
 def _bench_rows(src: StandinSource, root: Path) -> list[dict]:
@@ -148,6 +179,8 @@ def _bench_rows(src: StandinSource, root: Path) -> list[dict]:
             target, drafter = _records(prof, method)
             if target is None:
                 continue  # the small target's cells: not the stand-in's
+            if err := _unpriced(prof, target, drafter, method, f"{path}:{n}"):
+                raise err
             rows.append({"card": src.card, "engine": prof.engine, "runtime": runtime_of(prof),
                          "arm": d["server"], "profile": name, "target": target,
                          "drafter": drafter, "drafts": spec.num_speculative_tokens if spec else 0,
@@ -172,6 +205,9 @@ def _store_rows(src: StandinSource, root: Path) -> list[dict]:
             k = draft_tokens_at(schedule, c["num_speculative_tokens"] or 0, c["concurrency"]) \
                 if method else 0
             target, drafter = _records(prof, method)
+            if err := _unpriced(prof, target, drafter, method,
+                                f"{src.store}/{study.name}: {c['arm']} at {c['concurrency']}"):
+                raise err
             per_request = max(c["n_requests"] or 1, 1)
             # a level whose schedule drafts nothing, but whose window counted drafts: the batch
             # crossed the schedule's switch inside the window (mixed steps)

@@ -14,6 +14,12 @@ Design:
   be given as the article prints it, in exactly one of `bytes`, `gb` or `gib`; `Size.bytes`
   converts it, here and nowhere else, so a GiB is never divided by a TB/s as if it were a GB
   (a slip once found in a README).
+- A record is found by what a profile serves: its model or drafter id and the quantization
+  the engine applies at load (`model_by_id`). The same checkpoint served as stored and
+  quantized at load (vLLM's `--quantization fp8`, a profile's `flags.quantization`) reads
+  different bytes a step, so the two are two records: one with `quantization: null` (as
+  stored; a quantized checkpoint such as an NVFP4 export has an id of its own) and one naming
+  the method. Each (id, quantization) belongs to one record, checked on load.
 - A bad file fails on load with `StepCostDataError` naming the file, the key path, what was
   expected and what was found.
 """
@@ -128,6 +134,9 @@ class Model(Strict):
     role: Literal["target", "drafter"]
     drafts: Literal["block", "chain"] | None = None
     ids: list[str] = Field(default_factory=list)
+    # the quantization the engine applies to the checkpoint at load (a profile's
+    # `flags.quantization`); null: served as stored
+    quantization: str | None = None
     weights: Size
     gflop_per_token: dict[str, Sourced]
     layers: Sourced
@@ -139,6 +148,9 @@ class Model(Strict):
             raise ValueError("a drafter gives `drafts` (block or chain), a target none")
         if not self.gflop_per_token or any(v.value is None for v in self.gflop_per_token.values()):
             raise ValueError("expected gflop_per_token with a number for each precision")
+        if self.quantization == "none":  # model_by_id reads a profile's 'none' as null
+            raise ValueError("expected quantization null for a checkpoint served as stored, "
+                             "found 'none'")
         return self
 
     @property
@@ -177,6 +189,15 @@ class ModelsFile(Strict):
         for entry in [*self.published.targets, *self.published.drafters]:
             if entry.model not in self.models:
                 raise ValueError(f"published: {entry.model!r} is no record of `models`")
+        # one record a served (id, quantization): else which one a profile finds would
+        # depend on the file's order
+        claimed: dict[tuple[str, str | None], str] = {}
+        for name, m in self.models.items():
+            for mid in m.ids:
+                other = claimed.setdefault((mid, m.quantization), name)
+                if other != name:
+                    raise ValueError(f"models: records {other!r} and {name!r} both serve id "
+                                     f"{mid!r} with quantization {m.quantization!r}")
         return self
 
 
@@ -221,10 +242,19 @@ def model(name: str) -> Model:
     return got
 
 
-def model_by_id(model_id: str) -> str | None:
-    """The record a profile's model or drafter id names, or None."""
+def served_quantization(value: object) -> str | None:
+    """A profile's quantization flag as a record's `quantization`: None where the checkpoint
+    is served as stored (no flag, null, or the embedded engine's 'none')."""
+    return None if value in (None, "none") else str(value)
+
+
+def model_by_id(model_id: str, quantization: str | None = None) -> str | None:
+    """The record of what a profile serves, or None: its model or drafter id, and the
+    quantization the engine applies at load (a profile's `flags.quantization`; None or
+    'none': as stored). Both must match: the bf16 record is not the FP8 one's stand-in."""
+    quantization = served_quantization(quantization)
     for name, m in models().items():
-        if model_id in m.ids:
+        if model_id in m.ids and m.quantization == quantization:
             return name
     return None
 

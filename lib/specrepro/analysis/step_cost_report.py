@@ -11,7 +11,9 @@ Design:
   said 83-85 % against measured).
 - `side_by_side`: every covered published speed: the article's number, the model's figure
   for the article's box, the stand-in's measurement at the same engine, drafter kind, drafts
-  and streams, and the model's figure for that card.
+  and streams, of its bf16 target (`STANDIN_TARGET`: notebook 03's FP8 and NVFP4 arms run
+  the same drafter at the same levels, and averaging them in would mix three targets' steps),
+  and the model's figure for that card.
 - `crossovers`: where speculation stops paying, measured (the articles', the stand-in's
   cells) and modelled, as streams and as tokens a step over the card's ridge.
 - `largest_misses`: the article rows the model misses most, with the step it priced, the
@@ -29,6 +31,7 @@ from specrepro.analysis.step_cost_data import card, cards, model, models
 from specrepro.published import load_arms, load_published
 
 FAMILY = {"dflash2": "block", "mtp": "chain", "none": None}  # published method -> drafter kind
+STANDIN_TARGET = "standin-target"  # the stand-in's cells a published speed is set beside
 
 
 def cards_table() -> pl.DataFrame:
@@ -113,6 +116,7 @@ def _standin_match(standin: pl.DataFrame, engine: str, kind: str | None, k: int,
         lambda d: models()[d].drafts if d else None, return_dtype=pl.String)
     got = standin.with_columns(drafter_kind.alias("kind")).filter(
         (pl.col("engine") == engine) & (pl.col("streams") == streams)
+        & (pl.col("target") == STANDIN_TARGET)
         & (pl.col("kind").eq_missing(kind)) & (pl.col("drafts") == (k if kind else 0)))
     return got
 
@@ -182,26 +186,31 @@ def crossovers(standin: pl.DataFrame, fits: Fits) -> pl.DataFrame:
                      "measured / ridge": measured * per / ridge if measured is not None else None,
                      "model / ridge": pred * per / ridge if pred is not None else None})
 
-    # every stand-in arm drafting a fixed k at every level, against the plain arm of its card
-    # and engine measured at the most levels
+    # every stand-in arm drafting a fixed k at every level, against the plain arm of its card,
+    # engine and target measured at the most levels (the model's plain side is that target's)
     for (card_id, engine), g in cells.group_by("card", "engine", maintain_order=True):
-        plain = (g.filter(pl.col("drafter").is_null()).group_by("arm")
+        plain = (g.filter(pl.col("drafter").is_null()).group_by("arm", "target")
                  .agg(pl.col("streams").n_unique().alias("n")).sort("n", descending=True))
         if not plain.height:
             continue
-        base = plain["arm"][0]
         for (arm,), a in g.filter(pl.col("drafter").is_not_null()).group_by(
                 ["arm"], maintain_order=True):
             if a["drafts"].n_unique() != 1 or a["drafts"][0] == 0:
                 continue  # a schedule: its k changes with the level
-            measured, levels = _measured_crossing(cells, card_id, engine, arm, base)
+            same = plain.filter(pl.col("target") == a["target"][0])
+            if same.height:
+                base = same["arm"][0]
+                measured, levels = _measured_crossing(cells, card_id, engine, arm, base)
+                how = f"cells at {levels} streams" + (
+                    "" if measured is not None else ": fewer than 3 levels in common"
+                    if len(levels) < 3 else ": never crossed there")
+            else:  # notebook 03's FP8 and NVFP4 targets: measured only with speculation
+                base, measured = f"no speculation on {a['target'][0]}", None
+                how = "not measured: no plain arm of this target"
             add(f"stand-in, {engine}: {arm} against {base}", card_id, a["target"][0],
                 sc.Arm(model(a["drafter"][0]), int(a["drafts"][0]),
                        float(a["tokens_per_step"].mean())), sc.Arm(), engine,
-                float(a["context_tokens"].mean()), measured,
-                f"cells at {levels} streams" + ("" if measured is not None else
-                                                ": fewer than 3 levels in common"
-                                                if len(levels) < 3 else ": never crossed there"))
+                float(a["context_tokens"].mean()), measured, how)
     pub = load_published()
     arms = {r["arm"]: r for r in load_arms().iter_rows(named=True)}
     cross = pub.filter(pl.col("metric") == "crossing_concurrency")

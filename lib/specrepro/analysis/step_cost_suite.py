@@ -11,6 +11,12 @@ Design:
     with the articles' 71-78 % (rated bandwidth) and with the suite's own GEMMs (measured).
   - `finding_cells`: the finding's cells as rows of step_cost_cells.COLUMNS, so the model is
     checked on, and the roofline drawn with, the suite's own measurements as on the stand-in's.
+- An arm's target is its own where its profile serves another record than the suite's
+  (step_cost_cells.target_record: the model id and the quantization applied at load), so
+  notebook 03's arms each read their own precision's bytes a step, and each arm's step is a
+  share of its own floor; where the profile serves nothing a record names (the embedded
+  engine's simulated NVFP4, which keeps its weights dequantized in the model's dtype), the
+  suite's target, and the floor line says so. Arms of the suite's target read as before.
 - A drafter's record is found by the arm's drafter id, or, for the embedded engine that keeps
   its drafters beside its model, by `<model id>/<method>`; an arm whose drafter has no record
   is left out of the floor and said so.
@@ -24,9 +30,16 @@ import polars as pl
 
 from specrepro.analysis import step_cost as sc
 from specrepro.analysis.finding import Finding
-from specrepro.analysis.step_cost_cells import COLUMNS, runtime_of
+from specrepro.analysis.step_cost_cells import COLUMNS, runtime_of, target_record
 from specrepro.analysis.step_cost_data import card, model, model_by_id
 from specrepro.speculative import draft_tokens_at
+
+
+def _target(arm, suite_target: str) -> tuple[str, bool]:
+    """(target record, found) of a study arm: the record its profile serves, else the
+    suite's with found False."""
+    own = target_record(arm.resolved)
+    return (own, True) if own is not None else (suite_target, False)
 
 
 def _drafter(arm) -> tuple[str | None, int]:
@@ -45,7 +58,7 @@ def floor_line(f: Finding) -> str:
     if sub is None or not sub.card or not sub.target:
         return ""
     c, t = card(sub.card), model(sub.target)
-    arms, missing = [], []
+    arms, missing, unpriced = [], [], []
     for a in f.study.arms:
         if a.noise_of is not None:
             continue
@@ -53,11 +66,15 @@ def floor_line(f: Finding) -> str:
         if k and d is None:
             missing.append(a.name)
             continue
-        parts = sc.passes(t, model(d) if d else None, k, 1, 0.0)
-        arms.append((a.name, sum(p.weight_bytes for p in parts), d, k))
-    unique: dict[float, list[str]] = {}
-    for name, b, *_ in arms:
-        unique.setdefault(b, []).append(name)
+        target, found = _target(a, sub.target)
+        if not found:
+            unpriced.append(a)
+        parts = sc.passes(model(target), model(d) if d else None, k, 1, 0.0)
+        arms.append((a.name, sum(p.weight_bytes for p in parts), target))
+    # arms reading the same bytes of the same target share a clause
+    unique: dict[tuple[float, str], list[str]] = {}
+    for name, b, target in arms:
+        unique.setdefault((b, target), []).append(name)
 
     def floors(b: float) -> str:
         fl = sc.floor_ms(c, b)
@@ -66,14 +83,17 @@ def floor_line(f: Finding) -> str:
     rated, meas = c.rated_bandwidth_gb_s.value, c.measured_bandwidth_gb_s.value
     bw = " and ".join(x for x in (f"{rated / 1e3:.3g} TB/s rated" if rated else "",
                                   f"{meas / 1e3:.3g} TB/s measured" if meas else "") if x)
-    size = 3 if max(unique, default=0) >= 1e9 else 4  # a 44-MB target reads as 0.0441 GB
-    reads = "; ".join(f"{', '.join(names)}: {b / 1e9:.{size}g} GB, floor {floors(b)}"
-                      for b, names in unique.items())
+    # a 44-MB target reads as 0.0441 GB
+    size = 3 if max((b for b, _ in unique), default=0) >= 1e9 else 4
+    reads = "; ".join(
+        f"{', '.join(names)}"
+        + (f" (its own target: {model(target).label})" if target != sub.target else "")
+        + f": {b / 1e9:.{size}g} GB, floor {floors(b)}" for (b, target), names in unique.items())
     text = (f"Floor (analysis/step_cost.py, decimal GB and TB/s): a step of {t.label} on "
             f"{c.label} ({bw}) reads, with each arm's drafter passes, {reads}.")
     shares = []
     one = f.cells.filter(pl.col("concurrency") == 1) if "concurrency" in f.cells.columns else f.cells
-    for name, b, _, _ in arms:
+    for name, b, _ in arms:
         steps = one.filter(pl.col("arm") == name)["step_ms"].drop_nulls()
         if steps.len():
             step = float(steps.mean())
@@ -85,6 +105,11 @@ def floor_line(f: Finding) -> str:
         text += " At one stream: " + "; ".join(shares) + "."
     if missing:
         text += f" No drafter record for {', '.join(missing)}: not in the floor."
+    if unpriced:
+        served = "; ".join(f"{a.name} ({a.resolved.model.id}, quantization "
+                           f"{a.resolved.flags.get('quantization')})" for a in unpriced)
+        text += (f" No target record for what {served} serves: priced as the suite's "
+                 "target.")
     return text
 
 
@@ -101,13 +126,14 @@ def finding_cells(f: Finding) -> pl.DataFrame:
         if a is None or c["agg_tok_s"] is None:
             continue
         d, k = _drafter(a)
+        target, _ = _target(a, sub.target)
         schedule = json.loads(c["schedule"]) if c.get("schedule") else None
         k = draft_tokens_at(schedule, k, c["concurrency"]) if k else 0
         p = a.resolved
         per_request = max(c.get("n_requests") or 1, 1)
         rows.append({"card": sub.card, "engine": p.engine,
                      "runtime": runtime_of(p),
-                     "arm": c["arm"], "profile": p.name, "target": sub.target, "drafter": d,
+                     "arm": c["arm"], "profile": p.name, "target": target, "drafter": d,
                      "drafts": k, "streams": c["concurrency"], "tok_s": c["agg_tok_s"],
                      "acceptance_length": c.get("acceptance_length") if k else None,
                      "per_position": c.get("per_position_acceptance") if k else None,
