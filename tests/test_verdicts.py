@@ -614,3 +614,27 @@ def test_a_speed_check_must_name_its_mechanism():
         parse_checks([{"claim": "x", "metric": "agg_tok_s", "a": {"arm": "a"},
                        "b": {"arm": "b"}}], "01_x", known_arms={"p"}, known_gates={"g"},
                      study_arms={"a", "b"})
+
+
+def test_a_plain_step_another_study_of_the_suite_stored_gives_the_step_cost(monkeypatch):
+    # the stand-in's 01 has no plain arm; its suite's 04 (and 06) stored vLLM's plain step of
+    # the same target on the same H100: 01's speed checks are tested against it, not left
+    # "unknown"
+    from specrepro.analysis import mechanism
+    from specrepro.analysis.substrates import replay
+
+    f = replay(ROOT / "params" / "h100-standin.yaml", "01_drafter_block_sweep")
+    assert not any(a.resolved.speculative is None for a in f.study.arms)
+    cost = mechanism.step_cost(f, "mtp-k3")
+    assert cost is not None and 1.0 < cost.value < 1.5
+    assert "04_engine_comparison's engine-a-none" in cost.where and "1 stream" in cost.where
+    # a plain arm of another target (say, quantized at load) is no step of this one
+    plain = next(a for a in replay(ROOT / "params" / "h100-standin.yaml",
+                                   "04_engine_comparison").study.arms if a.name == "engine-a-none")
+    fp8 = plain.resolved.model_copy(update={"flags": {**plain.resolved.flags,
+                                                      "quantization": "fp8"}})
+    assert mechanism._same_plain(f.study.arms[0].resolved, plain.resolved)
+    assert not mechanism._same_plain(f.study.arms[0].resolved, fp8)
+    # without the other studies' stores the step cost is unknown again
+    monkeypatch.setattr(mechanism, "_suite_study_cells", lambda f, nb: None)
+    assert mechanism.step_cost(f, "mtp-k3") is None

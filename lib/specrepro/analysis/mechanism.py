@@ -12,8 +12,11 @@ Design:
   - step cost, a speculative step in one-token decodes at the arm's lowest level: from the
     cells (its `step_ms` over the same engine's no-speculation arm's at that workload and
     level), else the suite's step-stage probe (params `substrate.step_probe`: the row of the
-    arm's drafter and draft length, with its verify and drafter pass), else unknown; an arm
-    without speculation is one decode by definition;
+    arm's drafter and draft length, with its verify and drafter pass), else another study of
+    the same suite that stored a no-speculation arm of the same engine, version, target,
+    quantization and card at that level (a plain step is a property of those, not of the
+    study: the stand-in's 01 and 02 have no plain arm, its 04 and 06 do), its workload named
+    where it differs; else unknown; an arm without speculation is one decode by definition;
   - busy, on a GPU at the check's level: analysis/host_bound.py's figure;
   - power: the arm's `power_w_mean` at the check's level over its profile's power_limit_w.
 - `kv_note` says, beside a memory check, whether the pool falls by the drafter's layer count
@@ -34,7 +37,8 @@ from typing import Any
 import polars as pl
 import yaml
 
-from specrepro.analysis.finding import Finding, devices, project_root
+from specrepro.analysis.finding import Finding, devices, project_root, stored_cells
+from specrepro.params import ParamsError, resolve_study
 
 NAMES = ("weight_read_step", "power_near_cap", "kv_by_bytes")
 _KEYS = {"weight_read_step": {"words", "max_step_decodes", "min_busy"},
@@ -132,6 +136,62 @@ def step_cost(f: Finding, arm: str) -> Figure | None:
                 f"the step-stage probe {sub.step_probe.source} ({row['drafter']}, "
                 f"k={row['k']}: verify {row['verify'] / d:.2f}, drafter pass "
                 f"{row['propose'] / d:.2f} decodes; no cells of this study divide its step)"))
+    return _suite_plain_ratio(f, arm, level)
+
+
+def _same_plain(p, q) -> bool:
+    """Whether profile `q` (no speculation) decodes as `p` does: same engine and version,
+    target, quantization at load and card."""
+    def hw(x):
+        return x.hardware.name if x.hardware else None
+    return (q.speculative is None and q.engine == p.engine
+            and q.engine_version == p.engine_version and q.model.id == p.model.id
+            and q.flags.get("quantization") == p.flags.get("quantization") and hw(q) == hw(p))
+
+
+def _suite_study_cells(f: Finding, notebook_id: str):
+    """Another notebook's study in the finding's suite and its stored cells (None where the
+    suite does not resolve it). Read afresh each time: a store may grow within a process."""
+    try:
+        st = resolve_study(f.suite, notebook_id)
+    except ParamsError:
+        return None
+    return st, stored_cells(f.suite.results_path / st.name / f.suite.run_id, st)
+
+
+def _suite_plain_ratio(f: Finding, arm: str, level: int) -> Figure | None:
+    """`arm`'s step_ms over a plain step of its engine, target and card that another study
+    of the suite stored at `level`: on the same workload where one did, else the first."""
+    a = _arm(f, arm)
+    mine = f.cells.filter((pl.col("arm") == arm) & (pl.col("concurrency") == level)
+                          & pl.col("step_ms").is_not_null())
+    if a is None or not mine.height:
+        return None
+    for nb in sorted(f.suite.notebooks):
+        got = None if nb == f.notebook_id else _suite_study_cells(f, nb)
+        if got is None:
+            continue
+        st, cells = got
+        plain = [b.name for b in st.arms
+                 if b.noise_of is None and _same_plain(a.resolved, b.resolved)]
+        theirs = cells.filter(pl.col("arm").is_in(plain) & (pl.col("concurrency") == level)
+                              & pl.col("step_ms").is_not_null())
+        if not theirs.height:
+            continue
+        shared = sorted(set(mine["workload"].to_list()) & set(theirs["workload"].to_list()))
+        w_mine, w_theirs = ((shared[0], shared[0]) if shared else
+                            (sorted(mine["workload"].to_list())[0],
+                             sorted(theirs["workload"].to_list())[0]))
+        num = float(mine.filter(pl.col("workload") == w_mine)["step_ms"].mean())
+        base = theirs.filter(pl.col("workload") == w_theirs)
+        den = float(base["step_ms"].mean())
+        if not den:
+            continue
+        on = w_mine if w_mine == w_theirs else f"{w_mine} against {w_theirs}"
+        return Figure(num / den, (
+            f"cells: {num:.3g} ms a step against {nb}'s {base['arm'][0]} {den:.3g} ms (the "
+            f"same engine, target and card; this study has no plain arm), {on}, {level} "
+            f"stream{'s' if level != 1 else ''}"))
     return None
 
 
@@ -192,8 +252,9 @@ def _speed_reason(f: Finding, arms: list[tuple[str, int | None]]) -> str | None:
         cost = step_cost(f, arm)
         if cost is None:
             return (f"{m['words']} not shown: no step cost for {arm!r} (no no-speculation "
-                    "arm of its engine in the study, no step-stage probe of its drafter "
-                    "and draft length): unknown is not testable")
+                    "arm of its engine in the study or stored by another of the suite, no "
+                    "step-stage probe of its drafter and draft length): unknown is not "
+                    "testable")
         if cost.value > m["max_step_decodes"]:
             return (f"{m['words']} absent (measured: {arm!r} {cost.value:.2f} decodes a step "
                     f"({cost.where}); the articles' is 1.28-1.32, the bound "
