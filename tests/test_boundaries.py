@@ -56,7 +56,13 @@ RULES: dict[str, tuple[str, ...]] = {
     "specrepro.findings": (),  # the registry of findings: ids, read by params and analysis
     # the command-line dispatcher imports each subcommand's module lazily
     "specrepro.cli": ("specrepro",),
+    # Tooling: makes what the runtime reads (flag lists, the checkpoint, exported folders);
+    # it may import the runtime, no runtime layer imports it (test below)
+    "specrepro.tools": (),  # the package's __init__
+    # reads the engines' wheels with `ast`: the standard library only
+    "specrepro.tools.extract_engine_cli": ("specrepro.tools.extract_engine_cli",),
 }
+TOOLING = "specrepro.tools"
 # Libraries the embedded engine must never import (the H200 image that trains and serves it
 # has none of them).
 EMBEDDED_FORBIDDEN = ("polars", "papermill", "datasets", "pydantic", "pandas", "nbconvert",
@@ -139,6 +145,8 @@ def test_every_module_keeps_its_layer_boundary():
     ("embedded", "from specrepro.harness import engines\n", "imports specrepro.harness;"),
     ("harness", "from specrepro.embedded.engine import LLMEngine\n", "imports specrepro.embedded.engine;"),
     ("params", "from specrepro import harness\n", "imports specrepro.harness;"),
+    ("harness", "from specrepro.tools.extract_engine_cli import extract\n",
+     "imports specrepro.tools.extract_engine_cli;"),
 ])
 def test_a_crossing_is_caught_and_named(tmp_path, monkeypatch, layer, body, words):
     """The checker itself: a planted import in a layer's package fails with its file."""
@@ -149,6 +157,16 @@ def test_a_crossing_is_caught_and_named(tmp_path, monkeypatch, layer, body, word
     monkeypatch.setattr(__import__(__name__), "LIB", fake_lib)
     bad = crossings([target])
     assert len(bad) == 1 and words in bad[0] and "planted.py" in bad[0], bad
+
+
+def test_the_runtime_imports_no_tooling():
+    """The arrow between runtime and tooling points one way: the tooling (specrepro.tools) may
+    import the engine it trains and exports, no runtime module imports the tooling (the
+    dispatcher `cli.py` names tooling modules as strings and imports them only when asked)."""
+    bad = [f"{path.relative_to(LIB.parent)}:{line}: {module_name(path)} imports {name}"
+           for path in project_files() if not within(module_name(path), (TOOLING,))
+           for line, name in imports(path) if within(name, (TOOLING,))]
+    assert not bad, "the runtime imports the tooling:\n" + "\n".join(bad)
 
 
 def test_relative_imports_are_resolved(tmp_path, monkeypatch):

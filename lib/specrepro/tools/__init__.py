@@ -1,0 +1,15 @@
+"""Tooling: the programs that make what the runtime reads, kept apart from the runtime.
+
+The runtime is what a measurement runs: the embedded engine (`specrepro.embedded`), the
+harness, the analysis and the results store. The tooling makes their inputs, once, on a
+maintainer's machine, the GPU box or a `make` rule, never while a cell is measured:
+
+- `extract_engine_cli/`: the flag extractor. It reads vLLM's and SGLang's wheels statically
+  and writes the lists of flags each version accepts (`harness/engine_cli/<engine>-<version>.json`,
+  the runtime's data, read by `harness/flags.py`); `scripts/extract_engine_cli.py` runs it.
+
+"Tooling" in the sense of a compiler's toolchain beside its runtime library: the runtime
+never needs it to run, and it may use the runtime. The arrow points one way:
+`tests/test_boundaries.py` gives the tooling rows of its own and lets no runtime layer
+import `specrepro.tools`. This `__init__` imports nothing.
+"""
