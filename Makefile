@@ -144,12 +144,12 @@ html report: $(STAMP)
 # (recipe v3, whose own drafters are then replaced), the drafters in the layouts vLLM and
 # SGLang load (recipes engine-layout and light-engine-layout: scripts/retrain_engine_layout.sh)
 # and the model card's quality figures. The real recipes want a GPU (v3 467 s, the drafters
-# ~9 and ~5 min on an H200); on a CPU use `$(PY) -m specrepro.embedded.training --smoke`.
+# ~9 and ~5 min on an H200); on a CPU use `$(PY) -m specrepro.tools.training --smoke`.
 # Never a prerequisite of `all`: editing the package must not retrain the model.
 CORPUS := build/corpus/corpus-v2.jsonl
 models: $(STAMP)
-	$(PY) -m specrepro.embedded.training.corpus --prose-docs paragraphs --out $(CORPUS)
-	$(PY) -m specrepro.embedded.training --recipe v3 --corpus $(CORPUS) --out build/v3
+	$(PY) -m specrepro.tools.training.corpus --prose-docs paragraphs --out $(CORPUS)
+	$(PY) -m specrepro.tools.training --recipe v3 --corpus $(CORPUS) --out build/v3
 	rm -rf models/embedded.new
 	PATH=$(VENV)/bin:$$PATH scripts/retrain_engine_layout.sh drafters $(CORPUS) build/v3 models/embedded.new
 	PATH=$(VENV)/bin:$$PATH scripts/retrain_engine_layout.sh light $(CORPUS) build/v3 models/embedded.new

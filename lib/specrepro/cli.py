@@ -12,7 +12,7 @@ import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("specrepro.embedded.serve", "start the embedded OpenAI-compatible engine"),
-    "train": ("specrepro.embedded.training.cli", "train the embedded target and drafters from a seed"),
+    "train": ("specrepro.tools.training.cli", "train the embedded target and drafters from a seed"),
     "run": ("specrepro.harness.run_command", "run a study (params/*.yaml) against an engine"),
     "plan": ("specrepro.harness.plan_command", "a suite's commands and leases with their estimated GPU seconds; --spent: planned against spent"),
     "profile": ("specrepro.harness.profile_command", "trace one arm's engine under a short load: where its time goes"),

@@ -7,9 +7,12 @@ maintainer's machine, the GPU box or a `make` rule, never while a cell is measur
 - `extract_engine_cli/`: the flag extractor. It reads vLLM's and SGLang's wheels statically
   and writes the lists of flags each version accepts (`harness/engine_cli/<engine>-<version>.json`,
   the runtime's data, read by `harness/flags.py`); `scripts/extract_engine_cli.py` runs it.
+- `training/`: training the embedded checkpoint (`models/embedded`) from a seed: corpus,
+  tokenizer, target, drafters, model card (`specrepro train`, `python -m specrepro.tools.training`).
 
 "Tooling" in the sense of a compiler's toolchain beside its runtime library: the runtime
-never needs it to run, and it may use the runtime. The arrow points one way:
+never needs it to run, and it may use the runtime (the trainer drives the engine's model and
+drafters). The arrow points one way:
 `tests/test_boundaries.py` gives the tooling rows of its own and lets no runtime layer
 import `specrepro.tools`. This `__init__` imports nothing.
 """
