@@ -97,7 +97,7 @@ MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 # cells needs them here too. Written from models/embedded, again only when it changes.
 DRAFTERS := build/engine-drafters/.exported
 $(DRAFTERS): $(wildcard models/embedded/*/*.safetensors models/embedded/*/*.json) \
-		lib/specrepro/embedded/export.py $(STAMP)
+		lib/specrepro/tools/export/drafters.py $(STAMP)
 	@echo "exporting the drafters into build/engine-drafters/ (the GPU suites' cells name their bytes; about 10 s, again only when models/embedded changes)"
 	$(PY) -m specrepro.cli export-drafters --engine all
 	@touch $@
@@ -106,7 +106,7 @@ $(DRAFTERS): $(wildcard models/embedded/*/*.safetensors models/embedded/*/*.json
 # cells' identity; the exporter is deterministic (the same bytes on every machine).
 NVFP4 := build/.nvfp4-target.exported
 $(NVFP4): $(wildcard models/embedded/*.safetensors models/embedded/*.json) \
-		lib/specrepro/embedded/export_nvfp4.py $(STAMP)
+		lib/specrepro/tools/export/nvfp4.py $(STAMP)
 	@echo "exporting the NVFP4 target into build/nvfp4-target/ (the H200 suite's notebook 03 names its bytes; about 10 s, again only when models/embedded changes)"
 	$(PY) -m specrepro.cli export-nvfp4 --out build/nvfp4-target
 	@touch $@

@@ -64,11 +64,13 @@ RULES: dict[str, tuple[str, ...]] = {
     # trains models/embedded with the engine's model and drafters, on the GPU image
     "specrepro.tools.training": ("specrepro.tools.training", "specrepro.embedded",
                                  "specrepro.data", "specrepro.metrics"),
+    # writes the checkpoint in the folders vLLM and SGLang load, on the GPU image
+    "specrepro.tools.export": ("specrepro.tools.export", "specrepro.embedded"),
 }
 TOOLING = "specrepro.tools"
 # Libraries the embedded engine, and the tooling that trains and exports it, must never
 # import (the H200 image that trains, exports and serves it has none of them).
-GPU_IMAGE = ("specrepro.embedded", "specrepro.tools.training")
+GPU_IMAGE = ("specrepro.embedded", "specrepro.tools.training", "specrepro.tools.export")
 EMBEDDED_FORBIDDEN = ("polars", "papermill", "datasets", "pydantic", "pandas", "nbconvert",
                       "seaborn", "matplotlib")
 
@@ -150,6 +152,9 @@ def test_every_module_keeps_its_layer_boundary():
     ("tools/training", "import polars as pl\n", "must not import polars"),
     ("tools/training", "from specrepro.store import ResultStore\n", "imports specrepro.store;"),
     ("embedded", "from specrepro.tools.training import cli\n", "imports specrepro.tools.training;"),
+    ("tools/export", "import pandas\n", "imports pandas; the embedded engine and what"),
+    ("embedded", "def f():\n    from specrepro.tools.export import drafters\n",
+     "imports specrepro.tools.export;"),
     ("embedded", "from specrepro.harness import engines\n", "imports specrepro.harness;"),
     ("harness", "from specrepro.embedded.engine import LLMEngine\n", "imports specrepro.embedded.engine;"),
     ("params", "from specrepro import harness\n", "imports specrepro.harness;"),

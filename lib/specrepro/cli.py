@@ -20,9 +20,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
     "check": ("specrepro.harness.preflight", "validate a params file (suite, study or profile) and what its run would meet before an engine starts"),
     "compact": ("specrepro.store.compaction", "make a results store ready to commit: merge, fold, gzip logs"),
-    "export-drafters": ("specrepro.embedded.export", "write the drafters in the layouts vLLM and SGLang load"),
-    "export-nvfp4": ("specrepro.embedded.export_nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),
-    "export-standin": ("specrepro.embedded.export_standin", "write the target and drafters inflated to a 27B-class byte budget"),
+    "export-drafters": ("specrepro.tools.export.drafters", "write the drafters in the layouts vLLM and SGLang load"),
+    "export-nvfp4": ("specrepro.tools.export.nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),
+    "export-standin": ("specrepro.tools.export.standin", "write the target and drafters inflated to a 27B-class byte budget"),
 }
 
 
