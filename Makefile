@@ -97,7 +97,7 @@ MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 # cells needs them here too. Written from models/embedded, again only when it changes.
 DRAFTERS := build/engine-drafters/.exported
 $(DRAFTERS): $(wildcard models/embedded/*/*.safetensors models/embedded/*/*.json) \
-		lib/specrepro/embedded/export.py $(STAMP)
+		lib/specrepro/tools/export/drafters.py $(STAMP)
 	@echo "exporting the drafters into build/engine-drafters/ (the GPU suites' cells name their bytes; about 10 s, again only when models/embedded changes)"
 	$(PY) -m specrepro.cli export-drafters --engine all
 	@touch $@
@@ -106,7 +106,7 @@ $(DRAFTERS): $(wildcard models/embedded/*/*.safetensors models/embedded/*/*.json
 # cells' identity; the exporter is deterministic (the same bytes on every machine).
 NVFP4 := build/.nvfp4-target.exported
 $(NVFP4): $(wildcard models/embedded/*.safetensors models/embedded/*.json) \
-		lib/specrepro/embedded/export_nvfp4.py $(STAMP)
+		lib/specrepro/tools/export/nvfp4.py $(STAMP)
 	@echo "exporting the NVFP4 target into build/nvfp4-target/ (the H200 suite's notebook 03 names its bytes; about 10 s, again only when models/embedded changes)"
 	$(PY) -m specrepro.cli export-nvfp4 --out build/nvfp4-target
 	@touch $@
@@ -144,12 +144,12 @@ html report: $(STAMP)
 # (recipe v3, whose own drafters are then replaced), the drafters in the layouts vLLM and
 # SGLang load (recipes engine-layout and light-engine-layout: scripts/retrain_engine_layout.sh)
 # and the model card's quality figures. The real recipes want a GPU (v3 467 s, the drafters
-# ~9 and ~5 min on an H200); on a CPU use `$(PY) -m specrepro.embedded.training --smoke`.
+# ~9 and ~5 min on an H200); on a CPU use `$(PY) -m specrepro.tools.training --smoke`.
 # Never a prerequisite of `all`: editing the package must not retrain the model.
 CORPUS := build/corpus/corpus-v2.jsonl
 models: $(STAMP)
-	$(PY) -m specrepro.embedded.training.corpus --prose-docs paragraphs --out $(CORPUS)
-	$(PY) -m specrepro.embedded.training --recipe v3 --corpus $(CORPUS) --out build/v3
+	$(PY) -m specrepro.tools.training.corpus --prose-docs paragraphs --out $(CORPUS)
+	$(PY) -m specrepro.tools.training --recipe v3 --corpus $(CORPUS) --out build/v3
 	rm -rf models/embedded.new
 	PATH=$(VENV)/bin:$$PATH scripts/retrain_engine_layout.sh drafters $(CORPUS) build/v3 models/embedded.new
 	PATH=$(VENV)/bin:$$PATH scripts/retrain_engine_layout.sh light $(CORPUS) build/v3 models/embedded.new

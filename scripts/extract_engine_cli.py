@@ -5,7 +5,7 @@
     python scripts/extract_engine_cli.py --dump-parser vllm|sglang > parser.json
     python scripts/extract_engine_cli.py --compare-parser parser.json engine_cli/vllm-0.26.0.json
 
-The extractor is library code, `specrepro.harness.engine_cli` (its rules and their tests:
+The extractor is library code, `specrepro.tools.extract_engine_cli` (its rules and their tests:
 tests/test_extract_engine_cli.py); this is its command line.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from specrepro.harness.engine_cli.extract import main
+from specrepro.tools.extract_engine_cli.extract import main
 
 if __name__ == "__main__":
     sys.exit(main())

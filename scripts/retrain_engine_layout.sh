@@ -13,13 +13,13 @@
 #             OUT/quality-engine-layout.json and OUT's model card (fp32; GPU or CPU)
 # Training runs write OUT/training-<recipe>.json and leave the figures to `quality`.
 # TRAIN_ARGS (e.g. "--set time_budget_s=300") is passed to every run.
-# Imports only what `specrepro.embedded.training` imports (the H200 image has no polars).
+# Imports only what `specrepro.tools.training` imports (the H200 image has no polars).
 set -euo pipefail
 [ $# -eq 4 ] || { echo "usage: $0 drafters|light|quality CORPUS CHECKPOINT OUT" >&2; exit 2; }
 step=$1 corpus=$2 ckpt=$3 out=$4
 [ -f "$corpus" ] || { echo "$0: corpus file $corpus not found" >&2; exit 2; }
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}lib PYTHONUNBUFFERED=1
-train() { python3 -m specrepro.embedded.training --corpus "$corpus" ${TRAIN_ARGS:-} "$@"; }
+train() { python3 -m specrepro.tools.training --corpus "$corpus" ${TRAIN_ARGS:-} "$@"; }
 case $step in
 drafters)
     [ -f "$ckpt/config.json" ] || { echo "$0: $ckpt is not a trained checkpoint" >&2; exit 2; }

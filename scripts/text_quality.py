@@ -71,7 +71,7 @@ def _line(name: str, seqs: list[list]) -> str:
 
 def natural(args) -> None:
     from specrepro.embedded.tokenizer import Tokenizer
-    from specrepro.embedded.training.corpus import stdlib_files, wikitext_articles
+    from specrepro.tools.training.corpus import stdlib_files, wikitext_articles
 
     tok = Tokenizer.load(args.model)
     print("| text | pieces | pooled | median | p95 | p99 | max |\n| --- | --- | --- | --- | "

@@ -11,7 +11,7 @@
 # prompts the model card reports (say so when quoting it). Needs as many GPUs as candidates:
 # the recipes' time budgets are set for one run per GPU, and two on one GPU would cut both short.
 # TRAIN_ARGS (e.g. "--set time_budget_s=520") is passed to every run.
-# Imports only what `specrepro.embedded.training` imports (the H200 image has no polars).
+# Imports only what `specrepro.tools.training` imports (the H200 image has no polars).
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 CORPUS OUTDIR CANDIDATE [CANDIDATE ...]" >&2; exit 2; }
 corpus=$1 outdir=$2
@@ -30,7 +30,7 @@ for cand in "$@"; do
     sets=()
     for kv in "${parts[@]:1}"; do sets+=(--set "$kv"); done
     echo "c$i: recipe ${parts[0]} ${sets[*]:-} ${TRAIN_ARGS:-}"
-    CUDA_VISIBLE_DEVICES=$i python3 -m specrepro.embedded.training --recipe "${parts[0]}" \
+    CUDA_VISIBLE_DEVICES=$i python3 -m specrepro.tools.training --recipe "${parts[0]}" \
         --corpus "$corpus" --out "$outdir/c$i" ${TRAIN_ARGS:-} "${sets[@]}" \
         >"$outdir/train-c$i.log" 2>&1 &
     pids+=($!)

@@ -295,11 +295,11 @@ def engine_exports() -> Path:
     build/nvfp4-target), written into the project root from models/embedded where missing,
     as `make all` writes them: the committed H200 stores' cells and engine records are keyed
     by their fingerprints, so a fresh clone must have them before it reads those stores."""
-    from specrepro.embedded import export, export_nvfp4
+    from specrepro.tools.export import drafters, nvfp4
 
     root = Path(__file__).resolve().parents[1]
     if not (root / "build/engine-drafters/vllm/dflash").is_dir():
-        assert export.main(["--engine", "all", "--out", str(root / "build/engine-drafters")]) == 0
+        assert drafters.main(["--engine", "all", "--out", str(root / "build/engine-drafters")]) == 0
     if not (root / "build/nvfp4-target").is_dir():
-        assert export_nvfp4.main(["--out", str(root / "build/nvfp4-target")]) == 0
+        assert nvfp4.main(["--out", str(root / "build/nvfp4-target")]) == 0
     return root

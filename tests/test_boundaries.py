@@ -56,9 +56,21 @@ RULES: dict[str, tuple[str, ...]] = {
     "specrepro.findings": (),  # the registry of findings: ids, read by params and analysis
     # the command-line dispatcher imports each subcommand's module lazily
     "specrepro.cli": ("specrepro",),
+    # Tooling: makes what the runtime reads (flag lists, the checkpoint, exported folders);
+    # it may import the runtime, no runtime layer imports it (test below)
+    "specrepro.tools": (),  # the package's __init__
+    # reads the engines' wheels with `ast`: the standard library only
+    "specrepro.tools.extract_engine_cli": ("specrepro.tools.extract_engine_cli",),
+    # trains models/embedded with the engine's model and drafters, on the GPU image
+    "specrepro.tools.training": ("specrepro.tools.training", "specrepro.embedded",
+                                 "specrepro.data", "specrepro.metrics"),
+    # writes the checkpoint in the folders vLLM and SGLang load, on the GPU image
+    "specrepro.tools.export": ("specrepro.tools.export", "specrepro.embedded"),
 }
-# Libraries the embedded engine must never import (the H200 image that trains and serves it
-# has none of them).
+TOOLING = "specrepro.tools"
+# Libraries the embedded engine, and the tooling that trains and exports it, must never
+# import (the H200 image that trains, exports and serves it has none of them).
+GPU_IMAGE = ("specrepro.embedded", "specrepro.tools.training", "specrepro.tools.export")
 EMBEDDED_FORBIDDEN = ("polars", "papermill", "datasets", "pydantic", "pandas", "nbconvert",
                       "seaborn", "matplotlib")
 
@@ -116,9 +128,10 @@ def crossings(files: list[Path]) -> list[str]:
                 if not within(name, allowed):
                     bad.append(f"{rel}:{line}: {module} imports {name}; the {layer} layer may "
                                f"import only {', '.join(allowed) or 'no project module'}")
-            elif layer == "specrepro.embedded" and name.split(".")[0] in EMBEDDED_FORBIDDEN:
-                bad.append(f"{rel}:{line}: {module} imports {name}; the embedded engine must "
-                           f"not import {', '.join(EMBEDDED_FORBIDDEN)}")
+            elif layer in GPU_IMAGE and name.split(".")[0] in EMBEDDED_FORBIDDEN:
+                bad.append(f"{rel}:{line}: {module} imports {name}; the embedded engine and "
+                           f"what trains and exports it must not import "
+                           f"{', '.join(EMBEDDED_FORBIDDEN)}")
     return bad
 
 
@@ -136,9 +149,17 @@ def test_every_module_keeps_its_layer_boundary():
     ("analysis", "def f():\n    from specrepro.embedded import model\n", "imports specrepro.embedded;"),
     ("analysis", "from specrepro import pipeline\n", "imports specrepro.pipeline;"),
     ("embedded", "import polars as pl\n", "must not import polars"),
+    ("tools/training", "import polars as pl\n", "must not import polars"),
+    ("tools/training", "from specrepro.store import ResultStore\n", "imports specrepro.store;"),
+    ("embedded", "from specrepro.tools.training import cli\n", "imports specrepro.tools.training;"),
+    ("tools/export", "import pandas\n", "imports pandas; the embedded engine and what"),
+    ("embedded", "def f():\n    from specrepro.tools.export import drafters\n",
+     "imports specrepro.tools.export;"),
     ("embedded", "from specrepro.harness import engines\n", "imports specrepro.harness;"),
     ("harness", "from specrepro.embedded.engine import LLMEngine\n", "imports specrepro.embedded.engine;"),
     ("params", "from specrepro import harness\n", "imports specrepro.harness;"),
+    ("harness", "from specrepro.tools.extract_engine_cli import extract\n",
+     "imports specrepro.tools.extract_engine_cli;"),
 ])
 def test_a_crossing_is_caught_and_named(tmp_path, monkeypatch, layer, body, words):
     """The checker itself: a planted import in a layer's package fails with its file."""
@@ -149,6 +170,16 @@ def test_a_crossing_is_caught_and_named(tmp_path, monkeypatch, layer, body, word
     monkeypatch.setattr(__import__(__name__), "LIB", fake_lib)
     bad = crossings([target])
     assert len(bad) == 1 and words in bad[0] and "planted.py" in bad[0], bad
+
+
+def test_the_runtime_imports_no_tooling():
+    """The arrow between runtime and tooling points one way: the tooling (specrepro.tools) may
+    import the engine it trains and exports, no runtime module imports the tooling (the
+    dispatcher `cli.py` names tooling modules as strings and imports them only when asked)."""
+    bad = [f"{path.relative_to(LIB.parent)}:{line}: {module_name(path)} imports {name}"
+           for path in project_files() if not within(module_name(path), (TOOLING,))
+           for line, name in imports(path) if within(name, (TOOLING,))]
+    assert not bad, "the runtime imports the tooling:\n" + "\n".join(bad)
 
 
 def test_relative_imports_are_resolved(tmp_path, monkeypatch):

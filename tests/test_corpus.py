@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from specrepro.embedded.training import corpus
+from specrepro.tools.training import corpus
 
 DATA = os.environ.get("SPECREPRO_DATA_DIR")
 

@@ -19,8 +19,8 @@ from specrepro.embedded.engine import LLMEngine
 from specrepro.embedded.proposers import DrafterConfig, build_proposer
 from specrepro.embedded.sampling import SamplingParams
 from specrepro.embedded.tokenizer import Tokenizer, train_bpe
-from specrepro.embedded.training import cli, recipes
-from specrepro.embedded.training.recipes import ENGINE_LAYOUT, MASK_TOKEN_ID, RECIPES
+from specrepro.tools.training import cli, recipes
+from specrepro.tools.training.recipes import ENGINE_LAYOUT, MASK_TOKEN_ID, RECIPES
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "embedded"
 GREEDY = SamplingParams(temperature=0.0)

@@ -15,7 +15,7 @@ from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import LLMEngine
 from specrepro.embedded.proposers import DrafterConfig, build_proposer
 from specrepro.embedded.sampling import SamplingParams
-from specrepro.embedded.training.recipes import EAGLE_HEAD, RECIPES
+from specrepro.tools.training.recipes import EAGLE_HEAD, RECIPES
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = random_prompts(6, seed=13)

@@ -1,4 +1,4 @@
-"""The exporter (embedded/export.py): the checkpoint's drafters in the folders vLLM 0.26.0 and
+"""The exporter (tools/export/drafters.py): the checkpoint's drafters in the folders vLLM 0.26.0 and
 SGLang 0.5.14 load. The key and tensor lists below are docs/engine-layouts.md's (read from the
 engines' wheels), written out here independently of the module. On a tiny checkpoint with
 engine-layout drafters: tensors equal to the source's, exactly the engines' names and config keys,
@@ -16,7 +16,6 @@ from torch import nn
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from specrepro import cli
-from specrepro.embedded import export
 from specrepro.embedded.checkpoint import (
     build_random_checkpoint,
     load_proposer,
@@ -24,6 +23,7 @@ from specrepro.embedded.checkpoint import (
     save_drafters,
 )
 from specrepro.embedded.proposers import DrafterConfig, build_proposer
+from specrepro.tools.export import drafters
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -126,7 +126,7 @@ def ckpt(tmp_path_factory):
 @pytest.fixture(scope="module")
 def out(ckpt, tmp_path_factory):
     root = tmp_path_factory.mktemp("export_out")
-    folders = export.export_drafters(ckpt, root, names=list(GOOD))
+    folders = drafters.export_drafters(ckpt, root, names=list(GOOD))
     assert set(folders) == {(e, n) for e in ("vllm", "sglang") for n in GOOD}
     return root
 
@@ -215,12 +215,12 @@ def test_configs_carry_every_key_each_engine_s_loader_reads(ckpt, out):
 
 def test_draft_model_is_not_exported_and_every_drafter_is_checked_before_writing(ckpt,
                                                                                   tmp_path):
-    assert "draft_model" not in export.exportable(ckpt)
+    assert "draft_model" not in drafters.exportable(ckpt)
     with pytest.raises(ValueError, match="'draft_model' .* not exported"):
-        export.export_drafters(ckpt, tmp_path / "o", names=["draft_model"])
+        drafters.export_drafters(ckpt, tmp_path / "o", names=["draft_model"])
     # names=None: every stored dflash/mtp drafter, and the stock ones are today's layouts
     with pytest.raises(ValueError, match="drafter 'mtp'"):
-        export.export_drafters(ckpt, tmp_path / "o")
+        drafters.export_drafters(ckpt, tmp_path / "o")
     assert not (tmp_path / "o").exists()
 
 
@@ -289,20 +289,20 @@ def test_the_eagle_head_is_transformers_llama_layer_on_fc_of_embedding_then_norm
 def test_a_drafter_the_engines_would_run_differently_is_refused_naming_the_field(
         ckpt, tmp_path, name):
     with pytest.raises(ValueError, match=BAD[name][1]) as e:
-        export.export_drafter(ckpt, name, "vllm", tmp_path / name)
+        drafters.export_drafter(ckpt, name, "vllm", tmp_path / name)
     assert repr(name) in str(e.value) and str(ckpt / name / "config.json") in str(e.value)
     assert not (tmp_path / name).exists()
 
 
 def test_an_unknown_drafter_or_engine_is_refused_listing_what_exists(ckpt, tmp_path):
     with pytest.raises(ValueError, match="no drafter 'nope'.*'dflash_engine': 'dflash'"):
-        export.export_drafters(ckpt, tmp_path, names=["nope"])
+        drafters.export_drafters(ckpt, tmp_path, names=["nope"])
     with pytest.raises(ValueError, match="unknown engine"):
-        export.export_drafters(ckpt, tmp_path, engines=("trtllm",), names=["eagle"])
+        drafters.export_drafters(ckpt, tmp_path, engines=("trtllm",), names=["eagle"])
     with pytest.raises(ValueError, match="no drafter 'nope'.*stored"):
-        export.export_drafter(ckpt, "nope", "sglang", tmp_path / "x")
+        drafters.export_drafter(ckpt, "nope", "sglang", tmp_path / "x")
     with pytest.raises(FileNotFoundError, match="not an embedded checkpoint"):
-        export.export_drafter(tmp_path / "missing", "eagle", "vllm", tmp_path / "x")
+        drafters.export_drafter(tmp_path / "missing", "eagle", "vllm", tmp_path / "x")
 
 
 # --------------------------------------------------------------------------- staleness
@@ -310,26 +310,26 @@ def test_a_current_export_is_kept_and_a_changed_source_makes_it_stale(ckpt, tmp_
     d = tmp_path / "ckpt"
     shutil.copytree(ckpt, d)
     names = ["light_engine", "eagle"]
-    folders = export.export_drafters(d, tmp_path / "o", engines=("sglang",), names=names)
+    folders = drafters.export_drafters(d, tmp_path / "o", engines=("sglang",), names=names)
     light = folders["sglang", "light_engine"]
-    assert export.is_current(light, d, "light_engine")
+    assert drafters.is_current(light, d, "light_engine")
     meta = json.loads((light / "export.json").read_text())
     assert meta["checkpoint"] == str(d.resolve()) and meta["drafter"] == "light_engine"
     assert set(meta["sources"]) >= {"light_engine/model.safetensors",
                                     "dflash_engine/model.safetensors"}
     stamp = (light / "model.safetensors").stat().st_mtime_ns
-    export.export_drafters(d, tmp_path / "o", engines=("sglang",), names=names)
+    drafters.export_drafters(d, tmp_path / "o", engines=("sglang",), names=names)
     assert (light / "model.safetensors").stat().st_mtime_ns == stamp  # current: left alone
-    assert not export.is_current(light, d, "eagle")  # another drafter's export
+    assert not drafters.is_current(light, d, "eagle")  # another drafter's export
     # a retrained trunk: its light drafter's export is stale, then rewritten in place
     path = d / "dflash_engine" / "model.safetensors"
     trunk = load_file(str(path))
     trunk["fc.weight"] = trunk["fc.weight"] * 2
     save_file(trunk, str(path), metadata={"format": "pt"})
-    assert not export.is_current(light, d, "light_engine")
-    assert export.is_current(folders["sglang", "eagle"], d, "eagle")
-    export.export_drafters(d, tmp_path / "o", engines=("sglang",), names=names)
-    assert export.is_current(light, d, "light_engine")
+    assert not drafters.is_current(light, d, "light_engine")
+    assert drafters.is_current(folders["sglang", "eagle"], d, "eagle")
+    drafters.export_drafters(d, tmp_path / "o", engines=("sglang",), names=names)
+    assert drafters.is_current(light, d, "light_engine")
     assert torch.equal(_files(light)[1]["fc.weight"], trunk["fc.weight"])
     assert sorted(p.name for p in (tmp_path / "o" / "sglang").iterdir()) == sorted(names)
 

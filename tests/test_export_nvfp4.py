@@ -1,4 +1,4 @@
-"""`specrepro export-nvfp4` (embedded/export_nvfp4.py): the NVFP4 target in compressed-tensors'
+"""`specrepro export-nvfp4` (tools/export/nvfp4.py): the NVFP4 target in compressed-tensors'
 `nvfp4-pack-quantized` layout that vLLM 0.26.0 loads, checked on the CPU against
 compressed-tensors 0.17.0's own code (the version vLLM 0.26.0 pins) and against the embedded
 engine's fake quantization (embedded/quant.py)."""
@@ -13,13 +13,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specrepro.embedded import export_nvfp4 as ex
 from specrepro.embedded.quant import (
     TARGET_LINEARS,
     fake_quant_nvfp4,
     nvfp4_global_scale,
     round_to_e4m3,
 )
+from specrepro.tools.export import nvfp4 as ex
 
 ct = pytest.importorskip("compressed_tensors", reason="compressed-tensors==0.17.0 (dev extra)")
 from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
@@ -253,7 +253,7 @@ def test_input_global_scales_are_the_engines_calibration(source, tensors):
 # (ATen's vectorized ops, oneDNN and MKL), as on a CPU without AVX2, AVX-512 or AVX-512 BF16
 OTHER_CPU = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
              "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
-AMAX_HEX = ("import sys; from pathlib import Path; from specrepro.embedded import export_nvfp4 "
+AMAX_HEX = ("import sys; from pathlib import Path; from specrepro.tools.export import nvfp4 "
             "as ex; from safetensors.torch import load_file; ck = Path(sys.argv[1]); "
             "names = ex._linear_names(load_file(str(ck / 'model.safetensors'))); "
             "a = ex.calibrate_input_amax(ck, names); "

@@ -1,5 +1,6 @@
-"""The flag extractor (specrepro.harness.engine_cli, run as scripts/extract_engine_cli.py): the rules it reads from the engines' wheels, and the lists it
-committed for vLLM 0.26.0 / 0.33.0 and SGLang 0.5.14 / 0.5.23.
+"""The flag extractor (specrepro.tools.extract_engine_cli, run as scripts/extract_engine_cli.py):
+the rules it reads from the engines' wheels, and the lists it committed (in the harness's data
+folder, harness/engine_cli/) for vLLM 0.26.0 / 0.33.0 and SGLang 0.5.14 / 0.5.23.
 
 The rule tests build small synthetic wheels (zip files of fake sources in each engine's
 layout), so they run on the CPU without network or wheels; a test that needs a real wheel is
@@ -17,11 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from specrepro.harness.engine_cli.extract import extract, main
-from specrepro.harness.engine_cli.parser_dump import compare_parser
-from specrepro.harness.engine_cli.wheel import ExtractError, Wheel, literal_values, lookup, sha256
 from specrepro.harness.flags import FlagCheck, engine_cli, render_flags
 from specrepro.params import load_profile
+from specrepro.tools.extract_engine_cli.extract import extract, main
+from specrepro.tools.extract_engine_cli.parser_dump import compare_parser
+from specrepro.tools.extract_engine_cli.wheel import (
+    ExtractError,
+    Wheel,
+    literal_values,
+    lookup,
+    sha256,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI_DIR = ROOT / "lib" / "specrepro" / "harness" / "engine_cli"

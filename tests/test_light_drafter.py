@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 
 from specrepro.embedded.checkpoint import list_drafters, load_proposer, load_target, save_drafters
 from specrepro.embedded.proposers import DrafterConfig, build_proposer
-from specrepro.embedded.training import cli
-from specrepro.embedded.training.card import replace_section
+from specrepro.tools.training import cli
+from specrepro.tools.training.card import replace_section
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -28,7 +28,7 @@ def checkout(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     files = {"Makefile": (ROOT / "Makefile").read_text(),
              "pyproject.toml": "", "lib/specrepro/findings.yaml": f"- {NB}: the sweep\n",
-             "lib/specrepro/embedded/export.py": "", "lib/specrepro/embedded/export_nvfp4.py": "",
+             "lib/specrepro/tools/export/drafters.py": "", "lib/specrepro/tools/export/nvfp4.py": "",
              f"notebooks/{NB}.ipynb": "{}",
              "params/default.yaml": "results_dir: ../results/default  # the committed store\n",
              "params/smoke.yaml": "results_dir: ../results/smoke\n"}

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from specrepro.embedded.checkpoint import list_drafters, load_proposer, load_target
-from specrepro.embedded.export import export_drafters
-from specrepro.embedded.training.recipes import RECIPES
+from specrepro.tools.export.drafters import export_drafters
+from specrepro.tools.training.recipes import RECIPES
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "embedded"
 

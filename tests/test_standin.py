@@ -1,4 +1,4 @@
-"""The stand-in (embedded/standin.py, export_standin.py): the trained checkpoint inflated to a
+"""The stand-in (tools/export/inflate.py, standin.py): the trained checkpoint inflated to a
 declared byte budget computes what the original computes. Proved on the real `models/embedded`:
 the command at the issue's size (0.05 GiB) loads in transformers with the original's logits;
 a 0.12-GiB stand-in with 3 hidden copies, twin heads, twin neurons and 2 twin layers gives the
@@ -23,13 +23,13 @@ from safetensors.torch import load_file
 
 from conftest import random_prompts
 from specrepro import identity
-from specrepro.embedded import export_standin as es
 from specrepro.embedded.checkpoint import load_target
 from specrepro.embedded.config import EngineConfig
 from specrepro.embedded.engine import LLMEngine
 from specrepro.embedded.sampling import SamplingParams
-from specrepro.embedded.standin import head_pairs
 from specrepro.embedded.tokenizer import Tokenizer
+from specrepro.tools.export import standin as es
+from specrepro.tools.export.inflate import head_pairs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -15,8 +15,8 @@ import pytest
 from specrepro import metrics, pipeline, workloads
 from specrepro.analysis import tables, text_quality, verdicts
 from specrepro.analysis.finding import Finding
-from specrepro.embedded.training import corpus
 from specrepro.store import CELL_SCHEMA, REQUEST_SCHEMA, empty, frame
+from specrepro.tools.training import corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOP = ("the press of the presses of the presses of the presses of the presses of the "

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specrepro.embedded.checkpoint import list_drafters, load_proposer, load_target
-from specrepro.embedded.training import cli, loops, recipes
+from specrepro.tools.training import cli, loops, recipes
 
 
 def test_smoke_builds_a_loadable_checkpoint(tmp_path):
@@ -43,8 +43,8 @@ def test_cosine_schedule_warms_up_and_decays_to_floor():
 def test_v2_smoke_builds_a_loadable_checkpoint_with_sampled_figures(tmp_path):
     """The smoke-sized v2: paragraph prose, greedy + sampled distillation, no dflash_light,
     sampled (T = 0.7) acceptance beside the greedy figures."""
-    from specrepro.embedded.training import quality
-    from specrepro.embedded.training.corpus import read_corpus
+    from specrepro.tools.training import quality
+    from specrepro.tools.training.corpus import read_corpus
 
     out, corpus_file = tmp_path / "v2", tmp_path / "c.jsonl"
     assert cli.main(["--smoke", "--recipe", "v2", "--out", str(out),

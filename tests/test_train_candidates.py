@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specrepro.embedded.training import cli, loops, recipes
+from specrepro.tools.training import cli, loops, recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_candidates.sh"

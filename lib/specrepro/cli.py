@@ -12,7 +12,7 @@ import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("specrepro.embedded.serve", "start the embedded OpenAI-compatible engine"),
-    "train": ("specrepro.embedded.training.cli", "train the embedded target and drafters from a seed"),
+    "train": ("specrepro.tools.training.cli", "train the embedded target and drafters from a seed"),
     "run": ("specrepro.harness.run_command", "run a study (params/*.yaml) against an engine"),
     "plan": ("specrepro.harness.plan_command", "a suite's commands and leases with their estimated GPU seconds; --spent: planned against spent"),
     "profile": ("specrepro.harness.profile_command", "trace one arm's engine under a short load: where its time goes"),
@@ -20,9 +20,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
     "check": ("specrepro.harness.preflight", "validate a params file (suite, study or profile) and what its run would meet before an engine starts"),
     "compact": ("specrepro.store.compaction", "make a results store ready to commit: merge, fold, gzip logs"),
-    "export-drafters": ("specrepro.embedded.export", "write the drafters in the layouts vLLM and SGLang load"),
-    "export-nvfp4": ("specrepro.embedded.export_nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),
-    "export-standin": ("specrepro.embedded.export_standin", "write the target and drafters inflated to a 27B-class byte budget"),
+    "export-drafters": ("specrepro.tools.export.drafters", "write the drafters in the layouts vLLM and SGLang load"),
+    "export-nvfp4": ("specrepro.tools.export.nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),
+    "export-standin": ("specrepro.tools.export.standin", "write the target and drafters inflated to a 27B-class byte budget"),
 }
 
 

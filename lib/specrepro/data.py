@@ -262,7 +262,7 @@ def detokenize_wikitext(text: str) -> str:
 # --------------------------------------------------------------- WikiText-2 articles
 
 # Every 20th WikiText-2 article of a split (the 11th, 31st, ...) is held out of the embedded
-# target's training (embedded/training/corpus.py); the `prose` workload (workloads.py)
+# target's training (tools/training/corpus.py); the `prose` workload (workloads.py)
 # continues these articles. One home for the rule and the article structure both read.
 PROSE_HOLDOUT_EVERY = 20
 

@@ -204,7 +204,7 @@ def _fingerprint(root: str, stamp: tuple) -> str:
 
 def local_model_fingerprint(model_id: str) -> str | None:
     """sha256 (16 hex digits) of a local model directory's files, or None for a hub id. A
-    stand-in's folder (`standin.json`, embedded/export_standin.py) is keyed by its recipe
+    stand-in's folder (`standin.json`, tools/export/standin.py) is keyed by its recipe
     (the budget, the seed, the source checkpoint's sha256 and the part) when every file it
     lists has the size it records; tens of GB are not hashed per cell."""
     root = Path(model_id)

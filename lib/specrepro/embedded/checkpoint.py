@@ -135,7 +135,7 @@ def load_target(directory: str | Path, device="cpu",
         raise FileNotFoundError(f"no config.json in {d}: not an embedded checkpoint")
     cfg = ModelConfig.from_dict(json.loads((d / "config.json").read_text()))
     # Built on the meta device and given the file's tensors, read straight onto `device`: no
-    # random init and no second copy, so a 21-GiB stand-in (export_standin.py) costs its
+    # random init and no second copy, so a 21-GiB stand-in (tools/export/standin.py) costs its
     # bytes once on the GPU and nothing on the host; converted tensor by tensor (a CPU fp32
     # load peaks at the fp32 model plus one bf16 tensor).
     with torch.device("meta"), _no_init_fills():

@@ -2,8 +2,8 @@
 
 Design: `VLLMAdapter` renders `vllm serve MODEL …` checked against the generated flag list
 of the profile's engine_version (harness/engine_cli/vllm-*.json, extracted from the
-wheels by engine_cli/); the speculative settings go into one `--speculative-config` JSON,
-the drafter as its model/revision. Its facts are read from vLLM's own code (paths in the
+wheels by specrepro.tools.extract_engine_cli); the speculative settings go into one
+`--speculative-config` JSON, the drafter as its model/revision. Its facts are read from vLLM's own code (paths in the
 0.26.0 wheel, cited beside each): `/health` and `/version` (`ROUTES`), the startup lines
 (`VLLM_LOG`), the `vllm:*` counters and latency histograms (`VLLM_METRICS`); acceptance
 is the base adapter's, from its counters. The embedded engine (embedded.py) mirrors it.

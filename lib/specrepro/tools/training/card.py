@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from specrepro.embedded.training import quality
-from specrepro.embedded.training.recipes import Recipe, greedy_only, mix_label
+from specrepro.tools.training import quality
+from specrepro.tools.training.recipes import Recipe, greedy_only, mix_label
 
 
 def model_card(r: Recipe, argv, info: dict, q: dict, sizes: dict) -> str:

@@ -41,8 +41,8 @@ from specrepro.embedded.checkpoint import load_proposer
 from specrepro.embedded.model import ModelConfig, Qwen3Model
 from specrepro.embedded.proposers import DrafterConfig, Proposer, build_proposer
 from specrepro.embedded.tokenizer import Tokenizer
-from specrepro.embedded.training.corpus import DOMAINS, Document
-from specrepro.embedded.training.recipes import Recipe, greedy_only, mix_label
+from specrepro.tools.training.corpus import DOMAINS, Document
+from specrepro.tools.training.recipes import Recipe, greedy_only, mix_label
 
 
 class Log:

@@ -16,8 +16,8 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from specrepro.harness.engine_cli.registry import action_name
-from specrepro.harness.engine_cli.wheel import (
+from specrepro.tools.extract_engine_cli.registry import action_name
+from specrepro.tools.extract_engine_cli.wheel import (
     ExtractError,
     Module,
     annotation,

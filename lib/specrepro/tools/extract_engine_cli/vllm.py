@@ -36,20 +36,20 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from specrepro.harness.engine_cli.registry import (
+from specrepro.tools.extract_engine_cli.registry import (
     Action,
     Registry,
     action_name,
     custom_action_no_value,
     keyword,
 )
-from specrepro.harness.engine_cli.vllm_kwargs import (
+from specrepro.tools.extract_engine_cli.vllm_kwargs import (
     FieldKwargs,
     KwargsMap,
     VllmKwargsRules,
     vllm_type_hints,
 )
-from specrepro.harness.engine_cli.wheel import (
+from specrepro.tools.extract_engine_cli.wheel import (
     OPEN,
     ExtractError,
     Module,

@@ -83,7 +83,7 @@ DRAFTERS = {
 #   corpus joins whole articles (~3,400 tokens), so the target never learnt to end prose:
 #   greedy prose ran to 128 tokens with 77 % repeated 4-grams and "accepted" more than
 #   math (repeated text is easy to draft). Build it with
-#   `python -m specrepro.embedded.training.corpus --prose-docs paragraphs --out FILE`.
+#   `python -m specrepro.tools.training.corpus --prose-docs paragraphs --out FILE`.
 # - distill_mix: half greedy, a quarter each sampled at T = 0.7 and T = 1.0. Drafters
 #   distilled on greedy continuations only never see sampled contexts and fell to
 #   1.3-1.6 tokens per step at T = 0.7; the labels stay the target's argmax (the draft a

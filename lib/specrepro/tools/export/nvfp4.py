@@ -43,7 +43,8 @@ fact below was read from the released wheels: `vllm-0.26.0-cp38-abi3-manylinux_2
   checkpoint's bytes, and with them the fingerprint that keys every stored cell of the arm
   serving it, would change with the machine that exported it. In float64 the instruction
   set moves the last bits, which the rounding to float32 removes.
-- Imports torch, safetensors and specrepro.embedded only: it runs on the GPU image.
+- Imports torch, safetensors, specrepro.embedded and drafters.py (its folder helpers) only:
+  it runs on the GPU image.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from specrepro.embedded.export import file_sha256, replace_folder
 from specrepro.embedded.quant import (
     E2M1_MAX,
     E4M3_MAX,
@@ -67,6 +67,7 @@ from specrepro.embedded.quant import (
     round_to_e2m1,
     round_to_e4m3,
 )
+from specrepro.tools.export.drafters import file_sha256, replace_folder
 
 FORMAT = "nvfp4-pack-quantized"
 SCHEMES = ("nvfp4", "nvfp4a16")  # W4A4 (compressed-tensors preset NVFP4) and weight-only

@@ -40,8 +40,8 @@ from specrepro.embedded.model import Qwen3Model
 from specrepro.embedded.proposers import Proposer
 from specrepro.embedded.sampling import SamplingParams, make_generator, sample, verify_sampled, warp
 from specrepro.embedded.tokenizer import Tokenizer
-from specrepro.embedded.training.corpus import DOMAINS, Document
 from specrepro.metrics import pooled_repeated_ngram_share
+from specrepro.tools.training.corpus import DOMAINS, Document
 
 SPLITS = ("validation", "test")
 

@@ -10,11 +10,11 @@ Design:
   the MLP is at least the source's. `plan` turns it into shapes (`Stack`s), the MLP width of
   each stack solved from its bytes and rounded down to a multiple of 128; a drafter that
   cannot reach its share with its source width says what it reached.
-- The construction is standin.py's (exact in real arithmetic, bf16-exact parts). Written:
+- The construction is inflate.py's (exact in real arithmetic, bf16-exact parts). Written:
   `DIR/target/` a Hugging Face Qwen3 checkpoint (untied head) with the embedded engine's
   drafters under it (`drafters.json`, `<name>/`, the layout `load_proposer` reads), and each
   block drafter and EAGLE head in the folder vLLM 0.26.0 and SGLang 0.5.14 load,
-  `DIR/<engine>/<name>/` (export.py's configs; a light drafter with its trunk copied in).
+  `DIR/<engine>/<name>/` (drafters.py's configs; a light drafter with its trunk copied in).
   The draft model is `DIR/target/draft_model/`, a Hugging Face checkpoint every engine loads.
 - `standin.json` in every written folder is its recipe: exporter format, budget, seed, the
   device that drew the random parts, the sha256 of every source file, the plan, and each
@@ -22,8 +22,9 @@ Design:
   whose sizes differ from its recipe is hashed as any other folder.
 - The whole of DIR is written in a temporary sibling and renamed into place; a DIR whose
   recipe equals the one asked for is left alone.
-- Imports torch, safetensors, pyyaml and specrepro.embedded only: it runs on the GPU image,
-  where `--device cuda` draws the random parts (a 21-GiB target in well under a minute).
+- Imports torch, safetensors, pyyaml, specrepro.embedded and this package only: it runs on
+  the GPU image, where `--device cuda` draws the random parts (a 21-GiB target in well under
+  a minute).
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from specrepro.embedded.checkpoint import list_drafters, read_drafter_config
-from specrepro.embedded.export import dflash_config, eagle_config, file_sha256, replace_folder
 from specrepro.embedded.model import ModelConfig
-from specrepro.embedded.standin import (
+from specrepro.embedded.tokenizer import Tokenizer
+from specrepro.tools.export.drafters import dflash_config, eagle_config, file_sha256, replace_folder
+from specrepro.tools.export.inflate import (
     Inflater,
     Stack,
     head_pairs,
@@ -55,7 +57,6 @@ from specrepro.embedded.standin import (
     inflate_stack,
     nbytes,
 )
-from specrepro.embedded.tokenizer import Tokenizer
 
 FORMAT = 1
 RECIPE = "standin.json"
@@ -355,7 +356,7 @@ class _Writer:
         self._embedded(name, replace(dcfg, intermediate_size=p.mtp.intermediate), out)
         for engine in ("vllm", "sglang"):
             tensors, like = dict(out), self.root / "target" / name / "model.safetensors"
-            if engine == "sglang":  # its fc has a bias (export.py)
+            if engine == "sglang":  # its fc has a bias (drafters.py)
                 tensors["fc.bias"] = torch.zeros(p.target.width, dtype=torch.bfloat16)
                 like = None
             self._engine(engine, name, eagle_config(self.tcfg, p.mtp.intermediate, engine),

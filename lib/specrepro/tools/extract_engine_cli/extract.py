@@ -9,9 +9,10 @@ Reads each wheel's source with `ast`; the packages are never imported (they need
 torch and a GPU). With WHEEL arguments it extracts those wheels (engine and version from the
 file name); without, every pinned version (`PINNED`) whose wheel is in `--wheel-dir`
 (`--download` fetches the missing ones with `pip download --no-deps`). Writes
-`lib/specrepro/harness/engine_cli/<engine>-<version>.json`, which the engine adapters validate
-every profile against (`specrepro.harness.flags` reads them). The lists are this script's
-output, never typed by hand: regenerate them when an engine version changes.
+`lib/specrepro/harness/engine_cli/<engine>-<version>.json` (the runtime's data folder, `OUT`),
+which the engine adapters validate every profile against (`specrepro.harness.flags` reads
+them). The lists are this script's output, never typed by hand: regenerate them when an
+engine version changes.
 
 `--dump-parser` runs where the engine is installed: it builds the engine's own parser and
 writes its option strings; `--compare-parser` diffs such a dump with a generated list (the
@@ -29,13 +30,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specrepro.harness.engine_cli.parser_dump import compare_parser, dump_parser
-from specrepro.harness.engine_cli.sglang import extract_sglang
-from specrepro.harness.engine_cli.vllm import extract_vllm
-from specrepro.harness.engine_cli.wheel import ExtractError, Wheel, sha256
+from specrepro.tools.extract_engine_cli.parser_dump import compare_parser, dump_parser
+from specrepro.tools.extract_engine_cli.sglang import extract_sglang
+from specrepro.tools.extract_engine_cli.vllm import extract_vllm
+from specrepro.tools.extract_engine_cli.wheel import ExtractError, Wheel, sha256
 
-# the checkout: lib/specrepro/harness/engine_cli/extract.py -> the repository root
+# the checkout: lib/specrepro/tools/extract_engine_cli/extract.py -> the repository root
 ROOT = Path(__file__).resolve().parents[4]
+# where the lists go: the harness's data folder, read by harness/flags.py (this package,
+# tooling, is never imported by the harness)
+OUT = "lib/specrepro/harness/engine_cli"
 # The versions whose lists are committed; run without WHEEL arguments, the script
 # regenerates each one whose wheel is in --wheel-dir.
 PINNED = {"vllm": ["0.26.0", "0.33.0"], "sglang": ["0.5.14", "0.5.23"]}
@@ -94,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheel-dir", type=Path, default=ROOT / ".cache" / "wheels")
     parser.add_argument("--download", action="store_true",
                         help="pip download the pinned wheels missing from --wheel-dir")
-    parser.add_argument("--out", type=Path, default=ROOT / "lib/specrepro/harness/engine_cli")
+    parser.add_argument("--out", type=Path, default=ROOT / OUT)
     parser.add_argument("--dump-parser", choices=sorted(EXTRACTORS),
                         help="print the installed engine's own parser's options as JSON")
     parser.add_argument("--compare-parser", nargs=2, type=Path, metavar=("DUMP", "LIST"),

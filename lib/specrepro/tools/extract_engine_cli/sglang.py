@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import ast
 
-from specrepro.harness.engine_cli.registry import (
+from specrepro.tools.extract_engine_cli.registry import (
     Action,
     Registry,
     action_name,
     custom_action_no_value,
     keyword,
 )
-from specrepro.harness.engine_cli.vllm import VllmInterpreter
-from specrepro.harness.engine_cli.wheel import (
+from specrepro.tools.extract_engine_cli.vllm import VllmInterpreter
+from specrepro.tools.extract_engine_cli.wheel import (
     ExtractError,
     Module,
     Ref,

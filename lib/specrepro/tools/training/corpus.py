@@ -27,7 +27,7 @@ Design:
   end-of-text token so the model learns to end a document.
 - Reading the datasets goes through `specrepro.data` (imported inside the builder,
   so training on the GPU box needs only the written file).
-- Command: `python -m specrepro.embedded.training.corpus --out FILE [--prose-docs UNIT]`.
+- Command: `python -m specrepro.tools.training.corpus --out FILE [--prose-docs UNIT]`.
   This module imports the standard library only (the package's `__init__` imports
   nothing), so building the corpus needs no torch.
 """
@@ -177,7 +177,7 @@ def split_docs(docs: list[Document], split: str, domain: str | None = None) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specrepro.embedded.training.corpus",
+    ap = argparse.ArgumentParser(prog="python -m specrepro.tools.training.corpus",
                                  description="build the embedded model's training corpus")
     ap.add_argument("--out", required=True, help="corpus file to write (JSON lines)")
     ap.add_argument("--data-dir", default=None, help="default: $SPECREPRO_DATA_DIR")

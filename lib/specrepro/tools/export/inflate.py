@@ -28,7 +28,7 @@ the last layer's output still feeds the final norm. Shapes: q [H*hd, D'], k/v [K
 o [D', H*hd], gate/up [I', D'], down [D', I'], embed [V, D'], lm_head [V, D'].
 
 Everything here works on state dicts (name -> tensor) and a `Stack` (the shapes of one
-Qwen3-style stack); the files, the budget and the command are in export_standin.py.
+Qwen3-style stack); the files, the budget and the command are in standin.py.
 Imports torch only.
 """
 

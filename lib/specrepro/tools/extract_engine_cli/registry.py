@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from specrepro.harness.engine_cli.wheel import (
+from specrepro.tools.extract_engine_cli.wheel import (
     ExtractError,
     Module,
     class_mro,

@@ -17,7 +17,7 @@ quality figures (`quality-<recipe>.json`) and a model-card section beside the re
 
 CUDA when present, else the CPU (smoke runs only). `--smoke` is a tiny recipe that runs end
 to end in well under a minute on a CPU. Run as `specrepro train` or
-`python -m specrepro.embedded.training`.
+`python -m specrepro.tools.training`.
 """
 
 from __future__ import annotations
@@ -43,22 +43,22 @@ from specrepro.embedded.checkpoint import (
 )
 from specrepro.embedded.model import ModelConfig
 from specrepro.embedded.tokenizer import train_bpe
-from specrepro.embedded.training import quality
-from specrepro.embedded.training.card import (
+from specrepro.tools.training import quality
+from specrepro.tools.training.card import (
     added_drafters_card,
     dir_sizes,
     model_card,
     quality_card,
     replace_section,
 )
-from specrepro.embedded.training.corpus import build_corpus, read_corpus, write_corpus
-from specrepro.embedded.training.loops import (
+from specrepro.tools.training.corpus import build_corpus, read_corpus, write_corpus
+from specrepro.tools.training.loops import (
     Log,
     distill_and_train_drafters,
     token_streams,
     train_target,
 )
-from specrepro.embedded.training.recipes import RECIPES, SMOKE_OF, Recipe
+from specrepro.tools.training.recipes import RECIPES, SMOKE_OF, Recipe
 
 
 def load_or_build_corpus(path: Path | None, r: Recipe, log: Log):
@@ -72,7 +72,7 @@ def load_or_build_corpus(path: Path | None, r: Recipe, log: Log):
             raise
         # Smoke runs must work without the datasets: code only.
         log(f"corpus: datasets unavailable ({type(e).__name__}); smoke corpus is code only")
-        from specrepro.embedded.training.corpus import code_documents
+        from specrepro.tools.training.corpus import code_documents
         docs = code_documents(r.code_chars)
     path = path or Path("build/corpus") / f"corpus-{r.name}.jsonl"
     write_corpus(docs, path, None if r.prose_docs == "articles" else {"prose_docs": r.prose_docs})
@@ -85,7 +85,7 @@ def check_corpus(manifest: dict, path: Path | None, r: Recipe) -> None:
     if built != r.prose_docs:
         raise SystemExit(f"{path}: corpus built with prose_docs {built!r} but recipe {r.name!r}"
                          f" wants {r.prose_docs!r}: build it with `python -m"
-                         f" specrepro.embedded.training.corpus --prose-docs {r.prose_docs} --out FILE`")
+                         f" specrepro.tools.training.corpus --prose-docs {r.prose_docs} --out FILE`")
 
 
 def parse_args(argv):
