@@ -1,6 +1,6 @@
 """The peer table: engines on the same weights and prompts, autoregressive and at their best
 speculative arm, 1, 8 and 32 streams (issue 17, item 3), from the peer study's stores, as
-lib/specrepro/analysis/peer.py builds it; then the autoregressive targets line by line, and
+lib/specrepro/analysis/peer_table.py builds it; then the autoregressive targets line by line, and
 where each engine's autoregressive time goes (the client's latency beside the engine's own
 histograms).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from specrepro.analysis import parity, peer
+from specrepro.analysis import parity, peer_table
 
 
 def main(argv=None) -> dict:
@@ -39,14 +39,14 @@ def main(argv=None) -> dict:
         ap.error(str(err))
     subject = args.subject or stores[0].name
     try:
-        table = peer.table(stores, subject)
+        table = peer_table.table(stores, subject)
     except parity.ParityError as err:
         ap.error(f"--subject: {err}")
     try:
-        lines = peer.targets(stores, subject, against=args.against)
+        lines = peer_table.targets(stores, subject, against=args.against)
     except parity.ParityError as err:
         ap.error(f"--against: {err}")
-    time = peer.time_table(stores)
+    time = peer_table.time_table(stores)
     print(parity.render(table, args.markdown))
     print()
     print("\n".join(("- " if args.markdown else "  ") + line for line in lines))

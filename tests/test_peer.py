@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from specrepro.harness.loadgen import LoadConfig, request_seed
-from specrepro.harness.peer import PeerError, TransformersPeer, draft_model_dir, peer_counts
+from specrepro.harness.transformers_peer import (
+    PeerError,
+    TransformersPeer,
+    draft_model_dir,
+    peer_counts,
+)
 from specrepro.params import Profile
 from specrepro.workloads import Prompt
 

@@ -1,4 +1,4 @@
-"""analysis/peer.py and scripts/peer.py: the peer table from constructed stores where the
+"""analysis/peer_table.py and scripts/peer.py: the peer table from constructed stores where the
 answer is known (the best arm per level, ratios, a missed and a met target, a level one
 engine lacks)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_script
-from specrepro.analysis import parity, peer
+from specrepro.analysis import parity, peer_table
 from specrepro.store import ResultStore, now
 
 ARMS = ("none", "mtp-k3", "dflash-k7")
@@ -46,14 +46,14 @@ def test_best_arm_per_level_ratios_and_targets(tmp_path):
                                    ("dflash-k7", 1): [700], ("none", 8): [5500],
                                    ("dflash-k7", 8): [5200]})
     stores = [parity.load_store("embedded", emb), parity.load_store("vLLM", vll)]
-    rows = {(r["engine"], r["concurrency"]): r for r in peer.rows(stores, "embedded")}
+    rows = {(r["engine"], r["concurrency"]): r for r in peer_table.rows(stores, "embedded")}
     assert rows[("embedded", 1)]["best speculative arm"] == "dflash-k7"
     assert rows[("embedded", 8)]["best speculative arm"] == "mtp-k3"  # the best moves with load
     assert rows[("vLLM", 1)]["best speculative arm"] == "mtp-k3"
     assert rows[("vLLM", 1)]["embedded's autoregressive over this (ratio)"] == 1550 / 600
     assert rows[("vLLM", 1)]["embedded's best over this (ratio)"] == 2100 / 800
     assert rows[("embedded", 1)]["autoregressive tok/s"]["mean"] == 1550
-    lines = peer.targets(stores, "embedded")
+    lines = peer_table.targets(stores, "embedded")
     assert lines[0].endswith("2.58x (target >= 1.5x) met")
     assert lines[1].endswith("0.91x (target >= 1x) missed")
     assert "32 streams" not in "".join(lines)  # no level at 32 in either store: no line
@@ -63,11 +63,11 @@ def test_a_level_one_engine_lacks_is_said_not_zeroed(tmp_path):
     emb = store(tmp_path, "emb", {("none", 1): [1500], ("none", 32): [9000]})
     vll = store(tmp_path, "vllm", {("none", 1): [600]})
     stores = [parity.load_store("embedded", emb), parity.load_store("vLLM", vll)]
-    r = {(x["engine"], x["concurrency"]): x for x in peer.rows(stores, "embedded")}
+    r = {(x["engine"], x["concurrency"]): x for x in peer_table.rows(stores, "embedded")}
     assert r[("vLLM", 32)]["autoregressive tok/s"] is None
     assert r[("vLLM", 32)]["note"] == "no autoregressive cell at this level"
     assert any("32 streams: embedded against vLLM: not measured (vLLM has no" in line
-               for line in peer.targets(stores, "embedded"))
+               for line in peer_table.targets(stores, "embedded"))
 
 
 def test_the_script_prints_the_table_and_the_targets(tmp_path, capsys):
@@ -88,14 +88,14 @@ def test_where_the_time_goes_sets_the_engines_histograms_beside_the_clients(tmp_
     old = store(tmp_path, "old", {("mtp-k3", 1): [800]})  # before the histograms were kept
     stores = [parity.load_store(n, p) for n, p in
               (("embedded", emb), ("SGLang", sgl), ("vLLM", old))]
-    rows = {r["engine"]: r for r in peer.time_rows(stores)}
+    rows = {r["engine"]: r for r in peer_table.time_rows(stores)}
     assert rows["embedded"]["engine TTFT (ms)"] == 1.5
     assert rows["embedded"]["client end to end p50 (ms)"] == 250.0  # stored in seconds
     assert rows["embedded"]["engine queue (ms)"] is None  # no such histogram: empty, not 0
     assert rows["SGLang"]["GPU busy in forward passes (share of the cell)"] == 0.4
     assert rows["vLLM"]["note"] == "no autoregressive cell at this level"
     assert rows["vLLM"]["engine TTFT (ms)"] is None
-    table = peer.time_table(stores)
+    table = peer_table.time_table(stores)
     assert table.frame.height == 3 and table.caption.startswith("Where the autoregressive")
 
 
@@ -107,12 +107,12 @@ def test_targets_are_held_only_against_the_engines_named(tmp_path, capsys):
     vll = store(tmp_path, "vllm", {("none", 1): [600]})
     stores = [parity.load_store(n, p) for n, p in
               (("embedded batched", new), ("embedded", old), ("vLLM", vll))]
-    assert len(peer.targets(stores, "embedded batched")) == 2
-    lines = peer.targets(stores, "embedded batched", against=["vLLM"])
+    assert len(peer_table.targets(stores, "embedded batched")) == 2
+    lines = peer_table.targets(stores, "embedded batched", against=["vLLM"])
     assert lines == [("gsm8k, 1 stream: embedded batched 1,600.0 tok/s against vLLM 600.0: "
                       "2.67x (target >= 1.5x) met")]
     with pytest.raises(parity.ParityError, match="against itself"):
-        peer.targets(stores, "embedded batched", against=["embedded batched"])
+        peer_table.targets(stores, "embedded batched", against=["embedded batched"])
     script = load_script("peer")
     with pytest.raises(SystemExit):
         script.main(["--store", f"a={new}", "--store", f"b={vll}", "--against", "c"])

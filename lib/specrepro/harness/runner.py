@@ -530,7 +530,7 @@ def run_cell(ctx: _Run, eng: ArmEngine, cell: Cell, cid: str, prompts: list[Prom
     ctx.sequence[0] += 1
     warnings = list(ctx.warnings) + list(eng.handle.warnings if eng.handle else [])
     if eng.peer is not None:
-        from specrepro.harness.peer import DERIVED_NOTE
+        from specrepro.harness.transformers_peer import DERIVED_NOTE
 
         if cell.concurrency > 1:
             warnings.append(PEER_SEQUENTIAL.format(c=cell.concurrency))

@@ -53,7 +53,7 @@ KINDS: dict[str, EngineKind] = {k.name: k for k in (
                attachable=True, words="SGLang"),
     EngineKind("embedded", attachable=True, compile_flag="compile", words="the embedded engine"),
     EngineKind("attach", starts=False, needs_url=True, spec_details="allowed", attaches=True),
-    # the in-process peer (harness/peer.py) on the embedded checkpoint
+    # the in-process peer (harness/transformers_peer.py) on the embedded checkpoint
     EngineKind("transformers", starts=False, in_process=True),
 )}
 ENGINE_NAMES = tuple(KINDS)  # what Profile.engine accepts

@@ -1,4 +1,4 @@
-"""The in-process transformers peer's engine facts (the peer itself is harness/peer.py).
+"""The in-process transformers peer's engine facts (the peer itself is harness/transformers_peer.py).
 
 Design: `TransformersAdapter` is what the runner asks about an arm whose profile says
 `engine: transformers`: it is served inside the harness process (`in_process`: nothing to
@@ -33,22 +33,22 @@ class TransformersAdapter(EngineAdapter):
 
     def render_argv(self, profile: Profile, source: str | Path | None = None) -> list[str]:
         raise EngineError(f"profile {profile.name!r}: engine {profile.engine!r} is not an HTTP "
-                          "server; it runs in-process (harness/peer.py)")
+                          "server; it runs in-process (harness/transformers_peer.py)")
 
     def load(self, profile: Profile, root: Path) -> Any:
         """The loaded peer (peer.TransformersPeer)."""
-        from specrepro.harness.peer import TransformersPeer
+        from specrepro.harness.transformers_peer import TransformersPeer
 
         return TransformersPeer(profile, root).load()
 
     def known_version(self) -> str | None:
-        from specrepro.harness.peer import version
+        from specrepro.harness.transformers_peer import version
 
         return version()
 
     def acceptance(self, delta: SpecCounters | None, records: Sequence[RequestRecord],
                    warnings: list[str], k: int | None = None) -> Counts | None:
-        from specrepro.harness.peer import peer_counts
+        from specrepro.harness.transformers_peer import peer_counts
 
         c = peer_counts(records)
         if c is None:
