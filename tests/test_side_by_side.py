@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specrepro.harness import deadline as deadline_mod
+from specrepro.harness.archive import Archive
 from specrepro.harness.engine_handle import EngineHandle
 from specrepro.harness.run_command import main
 from specrepro.harness.runner import Deadline, run_study
@@ -140,7 +140,7 @@ def test_an_archive_leaves_temporary_files_out_and_skips_one_that_vanishes(tmp_p
         return real_add(self, name, *a, **kw)
 
     monkeypatch.setattr(tarfile.TarFile, "add", add)
-    archive = deadline_mod.Archive(tmp_path / "a.tar.gz")
+    archive = Archive(tmp_path / "a.tar.gz")
     archive.add(store)
     archive.write()
     with tarfile.open(tmp_path / "a.tar.gz") as tar:

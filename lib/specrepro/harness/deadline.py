@@ -1,13 +1,11 @@
-"""Runs that survive the machine: a deadline that ends a run cleanly, and an archive of
-its stores rewritten after each cell (harness/runner.py's docstring says when each acts).
+"""A run that ends cleanly at a deadline (harness/runner.py's docstring says when it acts;
+the archive rewritten after each cell is harness/archive.py).
 
 Design:
 - `Deadline` is a point on this process's monotonic clock, from `--deadline-s` or
   `--until`; `armed()` runs a watchdog thread that sends SIGINT to the main thread when the
   deadline passes, so the cell in flight takes Ctrl-C's own path (`ctrl_c_raises`) and is
   stored as interrupted. Off the main thread nothing is armed (signals reach only it).
-- `Archive` is one .tar.gz of the stores a command writes, written to a temporary file,
-  fsynced and renamed over the last one, so a reader (or a kill) never sees a part of one.
 - The argparse types name the flag and what was expected.
 """
 
@@ -17,16 +15,12 @@ import argparse
 import contextlib
 import datetime as dt
 import math
-import os
 import signal
-import tarfile
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-from specrepro.store import ResultStore, now, settled
+from specrepro.store import now
 
 WATCH_S = 0.25  # the deadline's watchdog re-reads the deadline at least this often
 
@@ -128,53 +122,6 @@ class Deadline:
             with lock:  # a SIGINT sent before this returns is raised here, inside the block
                 left.set()
             watchdog.join()
-
-
-@dataclass
-class Archive:
-    """One .tar.gz of the stores a command writes, rewritten whole (module docstring)."""
-
-    path: Path
-    stores: dict[Path, str] = field(default_factory=dict)  # store root -> "<study>/<run_id>"
-
-    def add(self, store: ResultStore) -> None:
-        self.stores[store.root] = f"{store.study}/{store.run_id}"
-
-    def write(self) -> None:
-        """Temporary file beside the archive, fsync, rename over it: whoever reads it, or
-        kills this, finds the previous archive or this one, never a part of one."""
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
-                                   dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                with tarfile.open(fileobj=fh, mode="w:gz") as tar:
-                    for root, name in self.stores.items():
-                        if root.is_dir():  # other sessions of the store may be merging
-                            with settled(root):
-                                _add_store(tar, root, name)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-
-def _add_store(tar: tarfile.TarFile, root: Path, name: str) -> None:
-    """A store's folders and files under `name`, without temporary files (the store writes
-    `.<name>.tmp` and then links or renames it: never part of the store). Another session
-    writing to the store may remove its temporary file between the listing and the read,
-    so a file that is gone by then is left out, never an error."""
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        rel = Path(folder).relative_to(root)
-        tar.add(folder, arcname=str(Path(name) / rel), recursive=False)
-        for f in sorted(files):
-            if f.startswith("."):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                tar.add(Path(folder) / f, arcname=str(Path(name) / rel / f), recursive=False)
 
 
 def seconds_arg(text: str) -> float:

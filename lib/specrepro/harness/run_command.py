@@ -23,7 +23,8 @@ from pathlib import Path
 
 from specrepro import provenance
 from specrepro.data import DataError
-from specrepro.harness.deadline import Archive, deadline_of, seconds_arg, zoned_time_arg
+from specrepro.harness.archive import Archive
+from specrepro.harness.deadline import deadline_of, seconds_arg, zoned_time_arg
 from specrepro.harness.preflight import problems, results_problem
 from specrepro.harness.runner import EX_TEMPFAIL, chosen_arms, run_studies
 from specrepro.params import ParamsError, Problem, ResolvedStudy, resolve_file

@@ -85,6 +85,7 @@ from tqdm import tqdm
 
 from specrepro import identity
 from specrepro.harness import lifecycle, power, process
+from specrepro.harness.archive import Archive
 from specrepro.harness.arm_engine import (
     ArmEngine,
     known_version,
@@ -101,7 +102,6 @@ from specrepro.harness.cells import (
     request_rows,
 )
 from specrepro.harness.deadline import (
-    Archive,
     Deadline,
     ctrl_c_raises,
     start_repays,
