@@ -20,14 +20,26 @@ Design:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import polars as pl
 
 from specrepro import metrics
 
-if TYPE_CHECKING:  # the verdict hook passes a Rule; nothing here builds one
-    from specrepro.analysis.rules import Rule
+
+class Rule(Protocol):
+    """A verdict rule (analysis/rules.py `Rule`) as the verdict hook below reads it: its
+    metric and its two sides (None, or an arm with its workload, temperature and level). A
+    protocol, not an import: the data a finding reads sits below the verdict that judges it."""
+
+    @property
+    def metric(self) -> str: ...
+
+    @property
+    def a(self) -> Any: ...
+
+    @property
+    def b(self) -> Any: ...
 
 # Metrics that count drafts the target kept: on loops they measure repetition.
 ACCEPTANCE_METRICS = ("acceptance_length", "draft_acceptance_rate", "acceptance_rate_pos")
