@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from specrepro.analysis import step_cost_suite
 from specrepro.analysis.finding import Finding, devices
 from specrepro.analysis.mechanism import mechanisms, precondition_line
 from specrepro.params.engine_kinds import KINDS, WORDS
@@ -93,8 +92,11 @@ def host_bound_arms(f: Finding) -> list[tuple[str, Busy]]:
     return out
 
 
-def substrate_line(f: Finding) -> str:
-    """One line: what the numbers are measured on and how busy its device was."""
+def substrate_line(f: Finding, floor: str = "") -> str:
+    """One line: what the numbers are measured on and how busy its device was. `floor` is the
+    step-cost floor sentence (step_cost_suite.floor_line: the bytes a step reads over the
+    card's bandwidth), which the summary passes in: the verdict sits below the step-cost
+    model, so it does not compute it."""
     sub = f.suite.substrate
     head = sub.summary.strip() if sub is not None else (
         f"suite {f.suite.name!r} states no substrate (params file `substrate:`)")
@@ -120,8 +122,5 @@ def substrate_line(f: Finding) -> str:
     if not seen:
         tail = " Busy share: not measured for these cells."
     pre = precondition_line(f)
-    # the floor against the card's rated and measured bandwidth, drafter bytes included,
-    # where the suite names its step-cost records (analysis/step_cost_suite.py)
-    floor = step_cost_suite.floor_line(f)
     return (head.rstrip(".") + "." + (f" {floor}" if floor else "") + tail
             + (f" {pre}" if pre else ""))

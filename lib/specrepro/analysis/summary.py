@@ -24,7 +24,7 @@ import html
 
 import polars as pl
 
-from specrepro.analysis import host_bound
+from specrepro.analysis import host_bound, step_cost_suite
 from specrepro.analysis.claims import Claims
 from specrepro.analysis.finding import Finding
 from specrepro.analysis.verdicts import Verdict, verdict
@@ -127,7 +127,9 @@ def summary(f: Finding, claims: Claims, v: Verdict | None = None) -> dict:
             "article_substrate": article_substrate(claims), "substrate": measured_substrate(f),
             # what the numbers are measured on and how busy its device was, in one line on
             # the report's first screen (read before any verdict is believed)
-            "substrate_line": host_bound.substrate_line(f),
+            # the floor against the card's rated and measured bandwidth, drafter bytes
+            # included, where the suite names its step-cost records
+            "substrate_line": host_bound.substrate_line(f, step_cost_suite.floor_line(f)),
             "checks": [c.as_dict() for c in v.checks], "partial": partial(f)}
 
 
