@@ -80,13 +80,13 @@ NB_STAMPS := .stamps/$(SUITE)
 SUITE_RESULTS := $(abspath $(dir $(PARAMS))$(or $(shell sed -n 's/^results_dir:[[:space:]]*\([^[:space:]\#]*\).*/\1/p' $(PARAMS) 2>/dev/null),../results))
 LIB_FILES := $(shell find lib/specrepro -name '*.py' -o -name '*.yaml' -o -name '*.csv')
 PARAM_FILES := $(wildcard params/*.yaml params/studies/*.yaml params/profiles/*.yaml)
-RUN_NB = $(PY) -m specrepro.analysis.notebooks run --params $(PARAMS) --mode $(MODE) \
+RUN_NB = $(PY) -m specrepro.analysis.render.notebooks run --params $(PARAMS) --mode $(MODE) \
 	--figures-dir $(FIGURES) --reports-dir $(REPORTS)
 
 all: $(STAMP) $(REPORTS)/index.html
 
 # Notebooks that replay render side by side, one per core; a notebook that measures takes
-# the machine to itself (analysis/notebooks.py: .stamps/machine.lock), since its engine and
+# the machine to itself (analysis/render/notebooks.py: .stamps/machine.lock), since its engine and
 # load generator are pinned to the cores and share the engine's port. Output streams (the
 # venv's install, `make serve`, `make test`); a notebook's log alone is printed whole when it
 # ends, so that two side by side do not interleave.

@@ -1,6 +1,6 @@
 """Print, per speculative arm of a stored study, its tokens per step at two levels (the
 engine's counters) beside each level's prompt-to-prompt noise (per request, from the
-stream's chunks), and whether the two agree (analysis/acceptance_levels.py).
+stream's chunks), and whether the two agree (analysis/finding/acceptance_levels.py).
 
     python scripts/acceptance_levels.py results/h200-standin/06_draft_schedule_under_load/h200-standin \
         --low 1 --high 32
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--low", type=int, default=1)
     ap.add_argument("--high", type=int, default=32)
     args = ap.parse_args(argv)
-    from specrepro.analysis.acceptance_levels import levels, table
+    from specrepro.analysis.finding.acceptance_levels import levels, table
     from specrepro.store import load_cells, load_requests
 
     if not (args.store / "cells").is_dir():

@@ -9,7 +9,7 @@ cycling over copies of W 8x the last-level cache (the weights come from memory, 
 cache, as a decode step's do), at 1 and 2 threads and T from 1 to 1,024 tokens. Each line of
 the output is one cell: threads, tokens, milliseconds a GEMM, the weights' bytes read per
 second and the FLOP/s. Nothing here is a test: it prints and writes figures, which
-lib/specrepro/analysis/step_cost_cards.yaml cites as the CPU's measured values.
+lib/specrepro/analysis/step_cost/cards.yaml cites as the CPU's measured values.
 """
 
 from __future__ import annotations

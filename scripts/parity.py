@@ -1,6 +1,6 @@
 """Acceptance parity between engines on the same weights: one study's result stores side by
 side (tokens per step and its gap, token identity of outputs, invariance within each engine,
-speed), as lib/specrepro/analysis/parity.py builds them.
+speed), as lib/specrepro/analysis/finding/parity.py builds them.
 
     python scripts/parity.py \\
         --store "vLLM 0.26.0=results/h200-engines/01_drafter_block_sweep/h200-engines" \\
@@ -11,7 +11,7 @@ Prints the four tables, each under one line saying what it shows (plain text, or
 A figure, not a test: no thresholds fail the run; a gap above --gap-pct is flagged.
 
 `--near-ties` adds where outputs part from the reference engine's autoregressive text
-(lib/specrepro/analysis/near_ties.py): at each first differing token, the target's top-1
+(lib/specrepro/analysis/finding/near_ties.py): at each first differing token, the target's top-1
 minus top-2 log-probability, computed here by the embedded target (--model, fp32 on the CPU
 unless --dtype/--device say otherwise) over the prompt, as the study built it, and the
 common prefix. `--details` prints every differing prompt too.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 
-from specrepro.analysis import near_ties, parity
+from specrepro.analysis.finding import near_ties, parity
 
 TITLES = {"acceptance": "Acceptance", "identity": "Identity across engines",
           "invariance": "Invariance within each engine", "speed": "Speed",

@@ -1,6 +1,6 @@
 """The peer table: engines on the same weights and prompts, autoregressive and at their best
 speculative arm, 1, 8 and 32 streams (issue 17, item 3), from the peer study's stores, as
-lib/specrepro/analysis/peer_table.py builds it; then the autoregressive targets line by line, and
+lib/specrepro/analysis/finding/peer_table.py builds it; then the autoregressive targets line by line, and
 where each engine's autoregressive time goes (the client's latency beside the engine's own
 histograms).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from specrepro.analysis import parity, peer_table
+from specrepro.analysis.finding import parity, peer_table
 
 
 def main(argv=None) -> dict:

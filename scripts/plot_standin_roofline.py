@@ -23,7 +23,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-
 ENGINES = ("vLLM 0.26.0", "SGLang 0.5.14", "embedded, compiled", "embedded, eager")
 ARMS = {"no speculation": "o", "random weights": "o", "block drafter k=7": "s",
         "EAGLE head k=3": "^"}

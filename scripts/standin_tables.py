@@ -8,7 +8,7 @@ Per study, one Markdown table, a row per stored cell measured there (copies file
 study are shown where they were measured): arm, workload, streams, temperature, tok/s,
 tokens a step (the engine's acceptance counters), the step in ms (streams x tokens a step /
 tok/s), the GPU's busy share, the bytes a step reads (the target's weights, the drafter's
-passes, the KV cache: analysis/step_cost.py), the rated-bandwidth floor of those bytes and
+passes, the KV cache: analysis/step_cost/model.py), the rated-bandwidth floor of those bytes and
 the step's share of it (floor / step: 100 % would be a step that is nothing but its weight
 read at the rated bandwidth), and the model's step and its error. Nothing here is a test:
 the numbers come from the stored cells and the model's sourced records as they are.
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import polars as pl
 
-from specrepro.analysis import step_cost as sc
-from specrepro.analysis import step_cost_check as chk
-from specrepro.analysis.step_cost_data import card
+from specrepro.analysis.step_cost import check as chk
+from specrepro.analysis.step_cost import model as sc
+from specrepro.analysis.step_cost.data import card
 from specrepro.store import load_cells
 
 
@@ -36,7 +36,7 @@ def rows(store: str, study: str) -> pl.DataFrame:
     part = checked.filter(pl.col("source").str.starts_with(f"{store.rstrip('/')}/{study}:"))
     if not part.height:
         raise SystemExit(f"error: no stand-in cell of {study} under {store} "
-                         "(step_cost_check.yaml lists the stores the model reads)")
+                         "(step_cost/check.yaml lists the stores the model reads)")
     # the check's rows name their cell by id (source: "... (cell 0123456789)"): the workload
     # and temperature come from the cell's own row
     cells = pl.concat([load_cells(p) for p in sorted((Path(store) / study).iterdir())
@@ -69,7 +69,7 @@ def table(part: pl.DataFrame) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--store", required=True, help="a suite's results folder, as "
-                    "step_cost_check.yaml names it (e.g. results/h100-standin)")
+                    "step_cost/check.yaml names it (e.g. results/h100-standin)")
     ap.add_argument("--study", action="append", required=True, help="a study id (repeatable)")
     args = ap.parse_args(argv)
     for study in args.study:

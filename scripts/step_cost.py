@@ -3,7 +3,7 @@ article figure's, the floors, crossovers, the FP8 bound and the largest misses.
 
     python scripts/step_cost.py > /tmp/step-cost.md      # from the project root
 
-It prints what notebook 08 shows (analysis/step_cost_view.py), for docs/bench/. Nothing here
+It prints what notebook 08 shows (analysis/step_cost/view.py), for docs/bench/. Nothing here
 is a test: the numbers come from the stored cells and the published rows as they are.
 """
 
@@ -13,9 +13,9 @@ import argparse
 
 import polars as pl
 
-from specrepro.analysis import step_cost_check as chk
-from specrepro.analysis import step_cost_report as rep
-from specrepro.analysis.step_cost_view import StepCostView
+from specrepro.analysis.step_cost import check as chk
+from specrepro.analysis.step_cost import report as rep
+from specrepro.analysis.step_cost.view import StepCostView
 
 
 def section(title: str, table, cols: list[str] | None = None, digits: int = 1) -> str:

@@ -93,7 +93,7 @@ def natural(args) -> None:
 def cells(args) -> None:
     import polars as pl
 
-    from specrepro.analysis.text_quality import with_length_share
+    from specrepro.analysis.finding.text_quality import with_length_share
     from specrepro.store import load_cells, load_requests
 
     frames = []

@@ -1,6 +1,6 @@
 """Print every stored suite's verdicts, check by check, as tab-separated lines.
 
-Replays the stored cells of each substrate (analysis/substrates.py, `SUITES`) for every
+Replays the stored cells of each substrate (analysis/render/substrates.py, `SUITES`) for every
 notebook and prints one line per check and substrate: notebook, substrate, the finding's
 outcome there, the check's claim, its outcome, measured value and noise band. Nothing is
 measured, no engine started.
@@ -23,8 +23,8 @@ FIELDS = ("notebook", "substrate", "finding", "claim", "outcome", "measured", "n
 
 
 def rows() -> list[dict]:
-    from specrepro.analysis.claims import claims_for
-    from specrepro.analysis.substrates import SUITES, compare
+    from specrepro.analysis.render.substrates import SUITES, compare
+    from specrepro.analysis.verdict.claims import claims_for
     from specrepro.params.schema import NOTEBOOK_IDS
 
     out = []

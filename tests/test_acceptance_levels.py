@@ -1,4 +1,4 @@
-"""Tokens per step by level against the prompt-to-prompt noise (analysis/acceptance_levels.py),
+"""Tokens per step by level against the prompt-to-prompt noise (analysis/finding/acceptance_levels.py),
 on constructed cells and requests."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import polars as pl
 import pytest
 
-from specrepro.analysis.acceptance_levels import agree, levels, per_request, table
+from specrepro.analysis.finding.acceptance_levels import agree, levels, per_request, table
 
 
 def frames(per_level: dict[int, list[list[int]]], counters: dict[int, float]):

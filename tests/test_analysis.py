@@ -12,8 +12,9 @@ import pytest
 
 from specrepro import analysis as sa
 from specrepro import identity, params, pipeline
-from specrepro.analysis import finding as finding_mod
-from specrepro.analysis import summary, tables
+from specrepro.analysis.finding import finding as finding_mod
+from specrepro.analysis.finding import tables
+from specrepro.analysis.render import summary
 from specrepro.harness.runner import RunSummary
 from specrepro.params import Gate, ParamsError
 from specrepro.store import ResultStore, load_cells, now
@@ -109,9 +110,9 @@ def test_a_partial_store_replays_what_is_there_and_names_what_is_missing(tmp_pat
     assert f"{gone_arm}: all {n_arm} cells" in text
     assert f"{cut_arm}: {top} streams" in text
     assert text in f.describe()
-    s = sa.summary.summary(f, sa.claims_for(f.notebook_id))
+    s = summary.summary(f, sa.claims_for(f.notebook_id))
     assert s["partial"].startswith(f"Partial results: {f.missing} of the {f.declared} cells")
-    assert "Partial results" in sa.summary.summary_html(s)
+    assert "Partial results" in summary.summary_html(s)
     assert not f.cells.filter(pl.col("arm") == gone_arm).height  # nothing stands in
 
 
@@ -130,7 +131,7 @@ def test_auto_does_not_measure_cuda_arms_on_a_machine_without_a_gpu(tmp_path, mo
     assert "on a GPU (--device cuda, or vLLM or SGLang) and this machine has no NVIDIA GPU" \
         in msg
     assert "make nb NB=04_engine_comparison PARAMS=params/h200-embedded.yaml" in msg
-    from specrepro.analysis import notebooks
+    from specrepro.analysis.render import notebooks
     assert not notebooks.measures("04_engine_comparison", H200_EMBEDDED, "auto", tmp_path)
     # with a GPU, auto measures the missing cells as before
     monkeypatch.setattr(finding_mod.provenance, "gpu_info",
@@ -773,7 +774,7 @@ def test_a_studys_aa_twins_are_no_arm_of_its_finding(tmp_path):
     assert f.twin_of == {twin["name"]: base["name"]}
     assert set(f.twin_cells["arm"].to_list()) == {twin["name"]}
     assert f.missing == 0 and f.cells.height == f.declared
-    from specrepro.analysis import noise
+    from specrepro.analysis.verdict import noise
     c = f.cells["concurrency"].min()
     nz = noise.measure(f, "agg_tok_s", [(base["name"], [1.0], None, None, c)])
     assert nz.aa_pct == pytest.approx(5.0) and twin["name"] in nz.aa_where
@@ -798,7 +799,7 @@ def test_a_twin_at_the_ends_gives_a_level_between_them_the_larger_of_its_two_end
     write_cells(tmp_path, SMOKE, "06_draft_schedule_under_load", figures, overrides=over)
     f = pipeline.load_finding(SMOKE, "06_draft_schedule_under_load", "replay", tmp_path,
                               overrides=over)
-    from specrepro.analysis import noise
+    from specrepro.analysis.verdict import noise
     nz = noise.measure(f, "agg_tok_s", [(base["name"], [1.0], None, None, inner[0])])
     assert nz.aa_pct == pytest.approx(6.0)
     assert f"at {levels[0]}, {levels[-1]} streams, the larger (none at {inner[0]})" in nz.aa_where

@@ -1,4 +1,4 @@
-"""How each arm's engine started (analysis/engine_starts.py): the committed H200 stores' own
+"""How each arm's engine started (analysis/finding/engine_starts.py): the committed H200 stores' own
 start-up records (vLLM 0.26.0's NVFP4 target on Marlin, its online FP8 on CUTLASS), and the
 rules that pick an arm's records out of a manifest."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specrepro import identity
-from specrepro.analysis import engine_starts
+from specrepro.analysis.finding import engine_starts
 from specrepro.params import load_suite, resolve_study
 from specrepro.store import ResultStore
 

@@ -11,9 +11,9 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.patches import Rectangle
 
-from specrepro.analysis import figures_marks
-from specrepro.analysis.figure_checks import declare_untested, problems
-from specrepro.analysis.figures_common import fit_text
+from specrepro.analysis.figures import marks as figures_marks
+from specrepro.analysis.figures.checks import declare_untested, problems
+from specrepro.analysis.figures.common import fit_text
 
 
 @pytest.fixture

@@ -16,11 +16,14 @@ import polars as pl
 import pytest
 
 from specrepro import pipeline
-from specrepro.analysis import claims as claims_mod
-from specrepro.analysis import figure_checks, figures, figures_load, verdicts
-from specrepro.analysis.claims import claims_for
-from specrepro.analysis.finding import Finding
-from specrepro.analysis.overlay import overlay, overlay_tables, published_ranges
+from specrepro.analysis import figures
+from specrepro.analysis.figures import checks as figure_checks
+from specrepro.analysis.figures import load as figures_load
+from specrepro.analysis.finding.finding import Finding
+from specrepro.analysis.verdict import claims as claims_mod
+from specrepro.analysis.verdict import verdicts
+from specrepro.analysis.verdict.claims import claims_for
+from specrepro.analysis.verdict.overlay import overlay, overlay_tables, published_ranges
 from specrepro.store import CELL_SCHEMA, REQUEST_SCHEMA, empty, frame
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,7 +264,7 @@ def test_the_articles_tokens_per_joule_has_an_axis_of_its_own(tmp_path):
 def load(c, p) -> dict:
     """06 cells: static 7 drafts half of no speculation at one stream, +78 % at 8 (the
     article's 792 against 444 tok/s at 8 streams), -10 % at 32; a speculative step 1.2
-    decodes (a weight-read step: the speed precondition holds, analysis/mechanism.py)."""
+    decodes (a weight-read step: the speed precondition holds, analysis/verdict/mechanism.py)."""
     base = {1: 100.0, 2: 180.0, 4: 300.0, 8: 444.0, 32: 1361.0}[c.concurrency] + c.repeat
     k7 = {1: 0.5, 2: 0.8, 4: 1.3, 8: 1.78, 32: 0.9}[c.concurrency]
     return {"agg_tok_s": base * (k7 if c.arm.name == "static-k7" else 1.0),

@@ -23,12 +23,12 @@ import pytest
 import yaml
 
 from specrepro import findings
-from specrepro.analysis import claims
+from specrepro.analysis.verdict import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 STUB = "09_stub_finding"
 # What adding a finding touches (a suite binds the findings it measures; smoke binds all)
-STUB_FILES = {"lib/specrepro/findings.yaml", "lib/specrepro/analysis/claims.yaml",
+STUB_FILES = {"lib/specrepro/findings.yaml", "lib/specrepro/analysis/verdict/claims.yaml",
               f"notebooks/{STUB}.ipynb", f"params/studies/{STUB}.yaml", "params/smoke.yaml"}
 
 
@@ -113,7 +113,8 @@ CHECKS = textwrap.dedent("""
     from pathlib import Path
 
     from specrepro import findings, params
-    from specrepro.analysis import claims, notebooks, report
+    from specrepro.analysis.render import notebooks, report
+    from specrepro.analysis.verdict import claims
 
     stub = sys.argv[1]
     assert findings.IDS[-1] == stub and params.NOTEBOOK_IDS == findings.IDS, findings.IDS
@@ -148,8 +149,8 @@ def test_a_stub_finding_is_its_notebook_study_claims_entry_and_registry_line(tmp
     (root / f"notebooks/{STUB}.ipynb").write_text(book.replace(template, STUB))
     study = (root / f"params/studies/{template}.yaml").read_text()
     (root / f"params/studies/{STUB}.yaml").write_text(study.replace(template, STUB))
-    entry = yaml.safe_load((root / "lib/specrepro/analysis/claims.yaml").read_text())[template]
-    with open(root / "lib/specrepro/analysis/claims.yaml", "a") as fh:
+    entry = yaml.safe_load((root / "lib/specrepro/analysis/verdict/claims.yaml").read_text())[template]
+    with open(root / "lib/specrepro/analysis/verdict/claims.yaml", "a") as fh:
         fh.write("\n" + yaml.safe_dump({STUB: {**entry, "title": "A stub finding"}},
                                        sort_keys=False))
     with open(root / "params/smoke.yaml", "a") as fh:

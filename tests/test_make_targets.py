@@ -104,7 +104,7 @@ def test_a_notebook_s_log_is_printed_and_its_failure_fails_the_stamp(tmp_path):
         done = subprocess.run(["make", f".stamps/default/{NB}.done", f"PY={fake}"], cwd=repo,
                               capture_output=True, text=True, timeout=60, check=False)
         assert (done.returncode == 0) is stamped, done.stderr
-        assert "runner: -m specrepro.analysis.notebooks run --params params/default.yaml " \
+        assert "runner: -m specrepro.analysis.render.notebooks run --params params/default.yaml " \
                "--mode auto" in done.stdout and "a warning" in done.stdout, done.stdout
         stamp = repo / ".stamps" / "default" / f"{NB}.done"
         assert (stamp.stat().st_mtime > 2000) is stamped

@@ -12,7 +12,7 @@ import papermill
 import pytest
 import yaml
 
-from specrepro.analysis import notebooks
+from specrepro.analysis.render import notebooks
 from specrepro.params import NOTEBOOK_IDS, ParamsError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def test_the_html_shows_results_and_the_run_s_parameters_once_but_no_code(tmp_pa
     outputs kept; the .ipynb itself is left whole."""
     import nbformat
 
-    from specrepro.analysis.notebooks import to_html
+    from specrepro.analysis.render.notebooks import to_html
 
     nb = nbformat.v4.new_notebook()
     defaults = nbformat.v4.new_code_cell('mode = "auto"  # DEFAULTS-CELL')

@@ -1,4 +1,4 @@
-"""analysis/parity.py and scripts/parity.py: engines' stores of one study matched cell for cell.
+"""analysis/finding/parity.py and scripts/parity.py: engines' stores of one study matched cell for cell.
 
 Constructed stores (written through ResultStore, cell ids that differ per engine as
 real ones do) where the answer is known: identical outputs, a divergence at known positions,
@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from conftest import load_script
-from specrepro.analysis import parity, tables
+from specrepro.analysis.finding import parity, tables
 from specrepro.store import ResultStore, now
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -325,7 +325,7 @@ def test_outputs_are_compared_up_to_the_end_of_text_and_the_rest_is_noted(tmp_pa
 
 
 def test_a_parting_is_explained_only_by_a_near_tie_between_the_two_chosen_tokens(tmp_path):
-    from specrepro.analysis import near_ties
+    from specrepro.analysis.finding import near_ties
 
     # the target's view at each first differing position, by prompt: (token, logprob, logit)
     views = {"humaneval-0000": [(-1, -0.70, 10.0), (140, -0.72, 9.98), (9, -3.0, 7.7)],
@@ -392,7 +392,7 @@ def test_the_committed_h200_parity_stores_with_near_ties(capsys, monkeypatch):
 
 
 def test_crossings_count_the_near_ties_along_each_output():
-    from specrepro.analysis import near_ties
+    from specrepro.analysis.finding import near_ties
 
     t = near_ties.crossings({"a": [0.01, 0.5, 0.04], "b": [0.2], "c": [1.0]}, (0.05, 0.3))
     rows = t.frame.to_dicts()

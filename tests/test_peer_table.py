@@ -1,4 +1,4 @@
-"""analysis/peer_table.py and scripts/peer.py: the peer table from constructed stores where the
+"""analysis/finding/peer_table.py and scripts/peer.py: the peer table from constructed stores where the
 answer is known (the best arm per level, ratios, a missed and a met target, a level one
 engine lacks)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_script
-from specrepro.analysis import parity, peer_table
+from specrepro.analysis.finding import parity, peer_table
 from specrepro.store import ResultStore, now
 
 ARMS = ("none", "mtp-k3", "dflash-k7")

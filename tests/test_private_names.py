@@ -109,14 +109,14 @@ def test_no_module_uses_another_modules_private_names():
 
 
 @pytest.mark.parametrize("where, body, words", [
-    ("analysis/planted.py", "from specrepro.analysis.tables import _x\n",
-     "imports _x from specrepro.analysis.tables"),
-    ("analysis/planted.py", "def f():\n    from .tables import _x\n",
-     "imports _x from specrepro.analysis.tables"),
-    ("analysis/planted.py", "from specrepro.analysis import tables\ntables._x()\n",
-     "uses _x of specrepro.analysis.tables (tables._x)"),
-    ("analysis/planted.py", "import specrepro.analysis.tables as t\nt._x\n",
-     "uses _x of specrepro.analysis.tables (t._x)"),
+    ("analysis/planted.py", "from specrepro.analysis.finding.tables import _x\n",
+     "imports _x from specrepro.analysis.finding.tables"),
+    ("analysis/finding/planted.py", "def f():\n    from .tables import _x\n",
+     "imports _x from specrepro.analysis.finding.tables"),
+    ("analysis/planted.py", "from specrepro.analysis.finding import tables\ntables._x()\n",
+     "uses _x of specrepro.analysis.finding.tables (tables._x)"),
+    ("analysis/planted.py", "import specrepro.analysis.finding.tables as t\nt._x\n",
+     "uses _x of specrepro.analysis.finding.tables (t._x)"),
     ("analysis/planted.py", "from specrepro.store.files import KEYS\n",
      "imports specrepro.store.files; outside specrepro.store"),
     ("analysis/planted.py", "from specrepro.store import files\n",
@@ -125,7 +125,7 @@ def test_no_module_uses_another_modules_private_names():
 def test_a_crossing_is_caught_and_named(tmp_path, monkeypatch, where, body, words):
     """The checker itself: a planted private use fails naming the file, line and name."""
     fake_lib = tmp_path / "lib"
-    for module in ("analysis/tables.py", "store/__init__.py", "store/files.py"):
+    for module in ("analysis/finding/tables.py", "store/__init__.py", "store/files.py"):
         (fake_lib / "specrepro" / module).parent.mkdir(parents=True, exist_ok=True)
         (fake_lib / "specrepro" / module).write_text("")
     target = fake_lib / "specrepro" / where

@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from specrepro import identity, provenance
-from specrepro.analysis import arms_across, notebooks, report
-from specrepro.analysis.verdicts import coverage_text
+from specrepro.analysis.finding import arms_across
+from specrepro.analysis.render import notebooks, report
+from specrepro.analysis.verdict.verdicts import coverage_text
 from specrepro.params import NOTEBOOK_IDS, load_suite, resolve_study
 from specrepro.store import ResultStore, now
 
@@ -347,7 +348,7 @@ def test_the_same_arm_at_another_size_is_another_arm_and_unreadable_stores_are_n
 
 
 def test_where_tested_counts_the_checks_each_substrate_tested():
-    from specrepro.analysis import where_tested
+    from specrepro.analysis.render import where_tested
 
     assert where_tested.substrate_cell({"status": "measured", "checks": ["✓", "–", "≈", "–"]}
                                        ) == "1 of 4 tested ✓–≈–"

@@ -26,8 +26,9 @@ import nbformat
 import pytest
 import yaml
 
-from specrepro.analysis import notebooks, report, rules
-from specrepro.analysis.substrates import SUITES
+from specrepro.analysis.render import notebooks, report
+from specrepro.analysis.render.substrates import SUITES
+from specrepro.analysis.verdict import rules
 from specrepro.params import NOTEBOOK_IDS
 from test_report_index import constructed_notebook, reports_folder
 

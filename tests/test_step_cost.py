@@ -16,13 +16,13 @@ import pytest
 import yaml
 
 from specrepro import params, pipeline
-from specrepro.analysis import step_cost as sc
-from specrepro.analysis import step_cost_articles as arts
-from specrepro.analysis import step_cost_cells as cells_mod
-from specrepro.analysis import step_cost_check as chk
-from specrepro.analysis import step_cost_data as data
-from specrepro.analysis import step_cost_suite
-from specrepro.analysis.step_cost_cells import COLUMNS
+from specrepro.analysis.step_cost import articles as arts
+from specrepro.analysis.step_cost import cells as cells_mod
+from specrepro.analysis.step_cost import check as chk
+from specrepro.analysis.step_cost import data
+from specrepro.analysis.step_cost import model as sc
+from specrepro.analysis.step_cost import suite as step_cost_suite
+from specrepro.analysis.step_cost.cells import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def test_a_size_takes_exactly_one_unit_and_names_the_key_when_it_does_not():
         "kv_bytes_per_token": {"value": None, "source": "derived: x"}}},
         "published": {"targets": [], "drafters": []}})
     with pytest.raises(data.StepCostDataError,
-                       match=r"step_cost_models.yaml: models\.t\.weights: .*exactly one of bytes, gb, gib"):
+                       match=r"step_cost/models.yaml: models\.t\.weights: .*exactly one of bytes, gb, gib"):
         data.validate_text(data.MODELS_FILE, text)
 
 
@@ -80,7 +80,7 @@ def test_a_value_without_a_known_kind_of_source_fails_naming_file_and_key():
     raw = yaml.safe_load((ROOT / "lib/specrepro/analysis" / data.CARDS_FILE).read_text())
     raw["cards"]["h200"]["power_cap_w"]["source"] = "about 700 W, I think"
     with pytest.raises(data.StepCostDataError,
-                       match=r"step_cost_cards.yaml: cards\.h200\.power_cap_w: .*source must open"):
+                       match=r"step_cost/cards.yaml: cards\.h200\.power_cap_w: .*source must open"):
         data.validate_text(data.CARDS_FILE, yaml.safe_dump(raw))
 
 
@@ -318,7 +318,7 @@ def test_a_record_key_the_schema_lacks_fails_naming_the_file_and_the_record():
     raw = yaml.safe_load((ROOT / "lib/specrepro/analysis" / data.MODELS_FILE).read_text())
     fp8 = {**raw["models"]["standin-target-fp8"], "quantisation": "fp8"}
     with pytest.raises(data.StepCostDataError,
-                       match=r"step_cost_models.yaml: models\.copy\.quantisation: Extra inputs"):
+                       match=r"step_cost/models.yaml: models\.copy\.quantisation: Extra inputs"):
         data.validate_text(data.MODELS_FILE, models_text(copy=fp8))
 
 
@@ -326,7 +326,7 @@ def test_two_records_serving_the_same_id_and_quantization_fail_naming_both():
     raw = yaml.safe_load((ROOT / "lib/specrepro/analysis" / data.MODELS_FILE).read_text())
     both = r"records '(copy|{0})' and '(copy|{0})' both serve id 'build/standin/target' " \
            r"with quantization {1}"
-    with pytest.raises(data.StepCostDataError, match=r"step_cost_models.yaml: .*"
+    with pytest.raises(data.StepCostDataError, match=r"step_cost/models.yaml: .*"
                        + both.format("standin-target-fp8", "'fp8'")):
         data.validate_text(data.MODELS_FILE,
                            models_text(copy=raw["models"]["standin-target-fp8"]))
@@ -346,7 +346,7 @@ def test_a_stored_cell_whose_target_no_record_names_fails_naming_its_profile():
     assert isinstance(err, data.StepCostDataError)
     assert str(err) == ("a store: arm at 1: profile 'vllm-awq' serves model id "
                         "'build/standin/target' with quantization 'awq', which no record of "
-                        "step_cost_models.yaml names (its `ids` and `quantization`)")
+                        "step_cost/models.yaml names (its `ids` and `quantization`)")
     assert cells_mod._unpriced(prof, "standin-target", "standin-dflash", "dflash", "x") is None
 
 

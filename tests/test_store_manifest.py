@@ -213,7 +213,7 @@ def test_a_notebook_measures_the_cells_whose_requests_are_gone(tmp_path, capsys)
     """What a notebook in mode auto measures is what `specrepro run` would: a stored cell
     whose requests file was removed is to be measured again, not replayed without them."""
     from specrepro import identity
-    from specrepro.analysis.finding import declared_cells, to_measure
+    from specrepro.analysis.finding.finding import declared_cells, to_measure
 
     study, store = stored_study(tmp_path)
     ids = [identity.cell_id(study, cell, "v9") for cell in study.cells()]

@@ -11,8 +11,8 @@ import re
 import pytest
 
 from specrepro import pipeline
-from specrepro.analysis import substitute_gates, verdicts
-from specrepro.analysis.claims import claims_for
+from specrepro.analysis.verdict import substitute_gates, verdicts
+from specrepro.analysis.verdict.claims import claims_for
 from specrepro.params import Gate
 
 NB = "05_fp8_drafter_gates"

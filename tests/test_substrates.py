@@ -1,5 +1,5 @@
-"""The substrates table (analysis/substrates.py, issue 17 item 4) on the committed stores, and
-claims.yaml's `device: cpu | cuda` notes (analysis/claims.py, rules.py, verdicts.py, show.py)."""
+"""The substrates table (analysis/render/substrates.py, issue 17 item 4) on the committed stores, and
+claims.yaml's `device: cpu | cuda` notes (analysis/verdict/claims.py, rules.py, verdicts.py, show.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import polars as pl
 import pytest
 import yaml
 
-from specrepro.analysis import claims as claims_mod
-from specrepro.analysis import rules, show, substrates
-from specrepro.analysis.substrates import NOT_MEASURED, SUITES, SuiteRef, compare
-from specrepro.analysis.verdicts import CheckResult, verdict
+from specrepro.analysis.render import show, substrates
+from specrepro.analysis.render.substrates import NOT_MEASURED, SUITES, SuiteRef, compare
+from specrepro.analysis.verdict import claims as claims_mod
+from specrepro.analysis.verdict import rules
+from specrepro.analysis.verdict.verdicts import CheckResult, verdict
 from specrepro.params import ParamsError
 from specrepro.store import load_cells
 
@@ -309,7 +310,7 @@ def test_a_substitute_gate_is_left_out():
 
 def test_each_substrate_says_its_noise_and_how_busy_its_device_was():
     """issue 30: the index shows the noise and the busy share per substrate."""
-    from specrepro.analysis import report
+    from specrepro.analysis.render import report
 
     d = compare("04_engine_comparison").as_dict()
     by = {s["params"]: s for s in d["substrates"]}

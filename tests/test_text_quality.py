@@ -13,8 +13,9 @@ import polars as pl
 import pytest
 
 from specrepro import metrics, pipeline, workloads
-from specrepro.analysis import tables, text_quality, verdicts
-from specrepro.analysis.finding import Finding
+from specrepro.analysis.finding import tables, text_quality
+from specrepro.analysis.finding.finding import Finding
+from specrepro.analysis.verdict import verdicts
 from specrepro.store import CELL_SCHEMA, REQUEST_SCHEMA, empty, frame
 from specrepro.tools.training import corpus
 
@@ -118,7 +119,7 @@ def test_tables_show_the_text_columns_beside_acceptance_and_mark_loops():
     assert tab.frame[f"{tables.name('length_share')}, all arms"][0]["max"] == 100.0
     assert text_quality.LOOP_NOTE in tab.notes
     assert text_quality.EXPLAIN["length_share"] in tab.notes
-    from specrepro.analysis.show import html_table
+    from specrepro.analysis.render.show import html_table
 
     assert "[loops in 2 of 3 runs]" in html_table(tab.frame, tab.caption, tab.notes)
     # per arm: the text columns follow the acceptance figure, wherever the caller put them
@@ -153,9 +154,9 @@ def sweep(share: float | None) -> list[dict]:
 
 
 def test_an_acceptance_check_on_loops_is_not_testable_and_says_why(monkeypatch):
-    # the speed mechanism taken as present (analysis/mechanism.py: on this CPU suite its
+    # the speed mechanism taken as present (analysis/verdict/mechanism.py: on this CPU suite its
     # probe says absent), so that only the loops decide here
-    from specrepro.analysis import mechanism
+    from specrepro.analysis.verdict import mechanism
     monkeypatch.setattr(mechanism, "reason", lambda *args: None)
     claim = "At one stream the block drafter at 5 drafts"
     clean = next(c for c in verdicts.verdict(finding(sweep(0.1))).checks
@@ -200,6 +201,6 @@ def test_prose_is_completion_form_and_the_essays_stay_optional():
     assert Workload(name="prose", n=2, form="chat").cross_checks()
     assert not Workload(name="prose", n=2, form="completion").cross_checks()
     assert len(workloads.build_workload({"name": "essays", "n": 4})) == 4
-    from specrepro.analysis.claims import Claims
+    from specrepro.analysis.verdict.claims import Claims
 
     assert Claims("x", "", "", "").published_workload("prose") == "essays"

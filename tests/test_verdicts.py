@@ -1,5 +1,5 @@
-"""Verdict rules (analysis/rules.py, claims.yaml `checks`) evaluated on constructed cells:
-each of the five outcomes, the mechanism preconditions (analysis/mechanism.py), the noise and
+"""Verdict rules (analysis/verdict/rules.py, claims.yaml `checks`) evaluated on constructed cells:
+each of the five outcomes, the mechanism preconditions (analysis/verdict/mechanism.py), the noise and
 resolution rules, coverage, declared gates a substrate cannot measure, substitute gates, and
 the validation of the rules themselves."""
 
@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from specrepro import pipeline
-from specrepro.analysis import claims as claims_mod
-from specrepro.analysis import summary, verdicts
-from specrepro.analysis.finding import Finding
-from specrepro.analysis.rules import OUTCOMES, SYMBOLS, RuleError, parse_checks
+from specrepro.analysis.finding.finding import Finding
+from specrepro.analysis.render import summary
+from specrepro.analysis.verdict import claims as claims_mod
+from specrepro.analysis.verdict import verdicts
+from specrepro.analysis.verdict.rules import OUTCOMES, SYMBOLS, RuleError, parse_checks
 from specrepro.params.substrate import StepProbe, Substrate
 from specrepro.store import CELL_SCHEMA, REQUEST_SCHEMA, empty, frame
 
@@ -536,7 +537,7 @@ def test_coverage_text():
 
 
 def test_the_substrate_busy_share_decides_where_cells_carry_none():
-    from specrepro.analysis import host_bound
+    from specrepro.analysis.verdict import host_bound
 
     engines = ROOT / "params" / "h200-engines.yaml"
     rows = [{**r, "engine": "vllm"} for r in
@@ -579,7 +580,7 @@ def test_highest_is_the_declared_level_so_a_partial_store_is_not_judged_lower_do
 def test_identical_acceptance_repeats_take_their_noise_across_prompts():
     # greedy repeats are deterministic: three equal runs are no noise measure (they read
     # ±0.0%); the requests' tokens per streamed chunk are bootstrapped instead
-    from specrepro.analysis import noise
+    from specrepro.analysis.verdict import noise
     from specrepro.store import REQUEST_SCHEMA
 
     rows = (runs("dflash-k5", "acceptance_length", [2.0, 2.0, 2.0])
@@ -596,7 +597,7 @@ def test_identical_acceptance_repeats_take_their_noise_across_prompts():
 
 
 def test_mechanisms_yaml_is_validated():
-    from specrepro.analysis.mechanism import MechanismError, mechanisms
+    from specrepro.analysis.verdict.mechanism import MechanismError, mechanisms
 
     assert mechanisms()["weight_read_step"]["max_step_decodes"] == 1.5
     with pytest.raises(MechanismError, match=r"weight_read_step.max_step_decodes: expected a "
@@ -620,8 +621,8 @@ def test_a_plain_step_another_study_of_the_suite_stored_gives_the_step_cost(monk
     # the stand-in's 01 has no plain arm; its suite's 04 (and 06) stored vLLM's plain step of
     # the same target on the same H100: 01's speed checks are tested against it, not left
     # "unknown"
-    from specrepro.analysis import mechanism
-    from specrepro.analysis.substrates import replay
+    from specrepro.analysis.render.substrates import replay
+    from specrepro.analysis.verdict import mechanism
 
     f = replay(ROOT / "params" / "h100-standin.yaml", "01_drafter_block_sweep")
     assert not any(a.resolved.speculative is None for a in f.study.arms)

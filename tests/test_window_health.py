@@ -1,4 +1,4 @@
-"""Window health beside the cells it qualifies (analysis/window_health.py): from constructed
+"""Window health beside the cells it qualifies (analysis/finding/window_health.py): from constructed
 cells, a window that was not steady, cut short, or a cell's own warning is marked after the
 figures it enters, said under the table with the warning's text, and named by a check that
 read it; a healthy cell shows none of it."""
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from specrepro import pipeline
-from specrepro.analysis import tables, verdicts, window_health
-from specrepro.analysis.claims import claims_for
-from specrepro.analysis.finding import Finding
-from specrepro.analysis.rules import Rule, Side
+from specrepro.analysis.finding import tables, window_health
+from specrepro.analysis.finding.finding import Finding
+from specrepro.analysis.verdict import verdicts
+from specrepro.analysis.verdict.claims import claims_for
+from specrepro.analysis.verdict.rules import Rule, Side
 from specrepro.harness import steady
 from specrepro.harness.records import LoadResult, RequestRecord
 from specrepro.params.window import Window
@@ -83,7 +84,7 @@ def test_a_marked_cell_is_marked_in_the_tables_said_under_them_and_named_by_its_
         notes = " ".join(table.notes)
         assert f"[{mark}]: " in notes and "dflash-k5, humaneval, 8 streams, T=0, run 1:" in notes
         assert said in notes and NVML not in notes
-    html = pytest.importorskip("specrepro.analysis.show").html_table(
+    html = pytest.importorskip("specrepro.analysis.render.show").html_table(
         tables.by_streams(f.cells).frame)
     assert f"[{mark} in 1 of 3 runs]" in html
     res, healthy = faster_at_8(f), faster_at_8(finding(rows()))

@@ -17,7 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("specrepro.harness.plan_command", "a suite's commands and leases with their estimated GPU seconds; --spent: planned against spent"),
     "profile": ("specrepro.harness.profile_command", "trace one arm's engine under a short load: where its time goes"),
     "probe": ("specrepro.harness.probe_command", "ask a study's probes: does a profile's engine start and serve?"),
-    "report": ("specrepro.analysis.report", "render notebooks' HTML index from executed reports"),
+    "report": ("specrepro.analysis.render.report", "render notebooks' HTML index from executed reports"),
     "check": ("specrepro.harness.preflight", "validate a params file (suite, study or profile) and what its run would meet before an engine starts"),
     "compact": ("specrepro.store.compaction", "make a results store ready to commit: merge, fold, gzip logs"),
     "export-drafters": ("specrepro.tools.export.drafters", "write the drafters in the layouts vLLM and SGLang load"),

@@ -313,5 +313,5 @@ def article_units(article: str, prose_docs: str = "articles") -> list[str]:
 
 # A workload that stands in for one the articles measured: the held-out prose continues
 # WikiText-2 articles in place of article B's essays (workloads.py labels its prompts so;
-# analysis/claims.py compares it with the published essays).
+# analysis/verdict/claims.py compares it with the published essays).
 STANDS_FOR = {"prose": "essays"}

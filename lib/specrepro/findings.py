@@ -2,11 +2,11 @@
 
 Design:
 - A finding is one id shared by its notebook (`notebooks/<id>.ipynb`), its study
-  (`params/studies/<id>.yaml`) and its claims entry (`analysis/claims.yaml`). The ids are
+  (`params/studies/<id>.yaml`) and its claims entry (`analysis/verdict/claims.yaml`). The ids are
   listed once, in `findings.yaml`, in the order the index shows them; everything that needs
   the list reads it: the Makefile's `NOTEBOOKS`, `params.NOTEBOOK_IDS` (the keys a suite's
   `notebooks:` may bind), the claims (an entry for every finding and for nothing else,
-  `analysis/claims.py`), the index (`analysis/report.py`, a row per finding).
+  `analysis/verdict/claims.py`), the index (`analysis/render/report.py`, a row per finding).
 - A suite binds any subset: a finding it leaves out is one that setup does not measure (the
   GB10 suite's documented skips); the index still gives it a row that says it was not
   executed. `make all` renders every finding, so the suites it runs (default, smoke) bind

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from specrepro.analysis import probes
-from specrepro.analysis.finding import (
+from specrepro.analysis.finding import probes
+from specrepro.analysis.finding.finding import (
     MODES,
     Finding,
     FindingError,

@@ -1,5 +1,5 @@
 """A probe's answers as a study's results-store manifest holds them: what `specrepro probe`
-asks again (only a probe with none) and what the report shows (analysis/probes.py), one
+asks again (only a probe with none) and what the report shows (analysis/finding/probes.py), one
 reading for both.
 
 Design: a probe (params `probes:`) asks whether one profile's engine starts and serves

@@ -45,7 +45,7 @@ DEFAULT_MAX_TOKENS = {"gsm8k": 256, "humaneval": 512, "essays": 512, "prefill": 
                       "prose": PROSE_MAX_TOKENS}
 
 # A workload measured in place of a published one: the analysis compares its cells with the
-# article's figures of that workload (analysis/claims.py) and labels it so.
+# article's figures of that workload (analysis/verdict/claims.py) and labels it so.
 STANDS_FOR = data.STANDS_FOR  # one home: data.py
 
 

@@ -7,35 +7,41 @@ Design:
   the study to the harness's runner first, and returns a `Finding` of this package.
 - Notebooks import this package and `specrepro.pipeline` and call the names below; no
   logic lives in a cell.
-- Modules: `finding` (a finding's study and stored cells), `cell_key` (the columns that
-  identify a cell), `tables`, `overlay` (published beside measured), `gates`, `verdicts`
-  (on `check_sides`: what each side of a check reads), `figures` (by finding in `figures_sweep`,
-  `figures_pairs`, `figures_load`, on `figures_common`), `show` (display helpers), `claims`
-  (per-notebook data), `rules` (verdict rules as data), `summary` (a report's first
-  table), `substrates` (its checks on every suite with stored results, beside each other), `notebooks` (papermill runner), `report` (HTML index, `specrepro report`),
-  `arms_across` (the arms several notebooks measured at the same settings), `step_cost*`
-  (a decode step's cost from bytes and math on each card, checked on the stand-in
-  and on the articles; notebook 08).
+- One subpackage per concern, so the room a change belongs in shows in the tree; each
+  `__init__.py` says what it offers. Layered, an arrow only upwards (tests/test_boundaries.py):
+  - `finding`: the data a finding reads: its study and stored cells (`finding.finding`), the
+    cell's key, tables, window and text marks, arms across notebooks, engine starts, probes,
+    engines side by side (parity, peer table, near-ties);
+  - `verdict` (reads finding): claims (claims.yaml), rules, noise, the published overlay,
+    gates, each check's sides, mechanisms (mechanisms.yaml), how busy the device was, and
+    the verdict;
+  - `figures` (reads finding, verdict): the notebooks' figures, `sa.figures`;
+  - `step_cost` (reads finding, verdict's mechanism bounds, figures' shared pieces): a decode
+    step's cost from bytes and math on each card, checked on the stand-in and on the
+    articles, and notebook 08's view and roofline;
+  - `render` (reads all): the display helpers (`sa.show_*`), a report's first table, the
+    substrates side by side, the papermill runner
+    (`python -m specrepro.analysis.render.notebooks`) and the HTML index (`specrepro report`).
 """
 
 import importlib
 
-from specrepro.analysis import tables
-from specrepro.analysis.claims import Claims, claims_for
-from specrepro.analysis.finding import Finding, at_project_root
-from specrepro.analysis.gates import evaluate_gates
-from specrepro.analysis.overlay import overlay, overlay_tables, published_points
-from specrepro.analysis.verdicts import Verdict, verdict
+from specrepro.analysis.finding import tables
+from specrepro.analysis.finding.finding import Finding, at_project_root
+from specrepro.analysis.verdict.claims import Claims, claims_for
+from specrepro.analysis.verdict.gates import evaluate_gates
+from specrepro.analysis.verdict.overlay import overlay, overlay_tables, published_points
+from specrepro.analysis.verdict.verdicts import Verdict, verdict
 
 # Drawing and display (matplotlib, seaborn, IPython: ~2 s to import) load on first use, so a
-# process that only runs notebooks or writes the index (`specrepro.analysis.notebooks`,
+# process that only runs notebooks or writes the index (`specrepro.analysis.render.notebooks`,
 # `report`) does not pay for them; a notebook's first `sa.figures` / `sa.show_*` does.
 _LAZY = {"figures": ("specrepro.analysis.figures", None),
-         **{name: ("specrepro.analysis.show", name) for name in (
+         **{name: ("specrepro.analysis.render.show", name) for name in (
              "html_table", "show_figure", "show_header", "show_power_note", "show_substrates",
              "show_step_cost", "show_summary", "show_table", "untestable")},
          # notebook 08's tables and figure (the step-cost model)
-         "step_cost_view": ("specrepro.analysis.step_cost_view", "step_cost_view")}
+         "step_cost_view": ("specrepro.analysis.step_cost.view", "step_cost_view")}
 
 
 def __getattr__(name: str):

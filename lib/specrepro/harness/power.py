@@ -24,7 +24,7 @@ Design:
   kernel ran) over the samples, averaged over the watched GPUs; without NVML, the engine
   process tree's CPU seconds over the span's wall seconds (capped at 1: the embedded engine
   runs one torch thread on the CPU). A decode step that leaves the device mostly idle is
-  measured on host overhead, and the verdicts say so (analysis/host_bound.py).
+  measured on host overhead, and the verdicts say so (analysis/verdict/host_bound.py).
 - The resident memory (RSS) of the engine's process tree is sampled too (psutil), for the
   CPU case: the embedded engine's FP8-drafter gate uses peak resident memory. Where Linux
   exposes it, the kernel's own high-water mark (`VmHWM` in /proc/<pid>/status) is used, which

@@ -10,7 +10,7 @@ own request form (`runner.load_config`: chat or completion, OpenAI or SGLang's n
 then the engine stops. The answer is one of `ANSWERS`, with the engine's error (the root
 cause the launcher picks out of the log) when it did not start. It goes into a session of
 the study's store as `probes: [{...}]`, beside the engines of the runs, so the same
-manifest says what was measured and what could not start; analysis/probes.py reads it
+manifest says what was measured and what could not start; analysis/finding/probes.py reads it
 back for the report. A probe is asked again only with `--again` (a new engine release):
 every answer stays, the report shows the latest.
 """

@@ -26,8 +26,8 @@ class EngineKind:
     `attaches`: it may name an `attached_engine`; `attachable`: it may be one;
     `in_process`: served inside the harness process (no server, no pinning of its own);
     `compile_flag`: the profile flag that compiles its step, where one does (its compiled and
-    eager runs are two runtimes to the step-cost model, analysis/step_cost_cells.py);
-    `words`: its name in a report's sentences (analysis/host_bound.py), else its name."""
+    eager runs are two runtimes to the step-cost model, analysis/step_cost/cells.py);
+    `words`: its name in a report's sentences (analysis/verdict/host_bound.py), else its name."""
 
     name: str
     starts: bool = True

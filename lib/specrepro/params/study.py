@@ -92,7 +92,7 @@ class Arm(Strict):
     label: str | None = None
     # An A/A twin: this arm is the named arm again (same profile and overrides), measured as
     # cells of its own, so the difference between the two is the suite's own noise at each
-    # level (analysis/noise.py); it is never a finding's arm.
+    # level (analysis/verdict/noise.py); it is never a finding's arm.
     noise_of: str | None = None
 
 

@@ -1,0 +1,91 @@
+"""The index's first screen: where each finding can be tested, in one table.
+
+Design:
+- One row per finding, one column per stored substrate (analysis/render/substrates.py `SUITES`) and
+  one for the stand-in suites, which measure the articles' mechanism (a target whose step is
+  a weight read) and are the answer's home once measured.
+- A substrate's cell counts the checks it tested against those it could not: "2 of 4 tested"
+  with the checks' symbols, "none tested" (every check not testable or not resolvable there),
+  or "not measured". The counts come from the reports' substrates metadata, the verdicts'
+  own outcomes: nothing is judged here.
+- A stand-in cell is "pending: not yet measured" where no suite of `STANDINS` stored anything
+  for the finding, else which stored it (replayed by `make all PARAMS=<suite>`). A constant,
+  as `SUITES` is: the stand-in suites are the project's, not discovered.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from specrepro.analysis.finding.finding import project_root
+from specrepro.analysis.render.substrates import SUITES
+from specrepro.params import ParamsError, load_suite
+
+STANDINS = ("params/h200-standin.yaml", "params/h100-standin.yaml")
+UNTESTED_SYMBOLS = {"–", "≈"}  # rules.SYMBOLS of the outcomes that test nothing
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def substrate_cell(sub: dict | None) -> str:
+    """'2 of 4 tested ✓✓–≈', 'none of 4 tested', or 'not measured'."""
+    if sub is None or sub.get("status") == "not measured":
+        return "not measured"
+    marks = sub.get("checks") or []
+    tested = sum(m not in UNTESTED_SYMBOLS for m in marks)
+    head = f"{tested} of {len(marks)} tested" if tested else f"none of {len(marks)} tested"
+    return f"{head} {''.join(marks)}".strip()
+
+
+def standin_cell(notebook_id: str, root: Path | None = None) -> str:
+    """Which stand-in suite stored results for the finding, or that it is pending."""
+    root = root or project_root()
+    stored = []
+    for params in STANDINS:
+        try:
+            suite = load_suite(root / params)
+        except (ParamsError, OSError):
+            continue
+        folder = suite.results_path / notebook_id
+        if folder.is_dir() and any(folder.rglob("*.parquet")):
+            stored.append(Path(params).name)
+    return (f"stored on {', '.join(stored)} (replay: make all PARAMS=params/{stored[0]})"
+            if stored else "pending: not yet measured")
+
+
+NOTES = (("finding", "the notebook"),
+         ("substrate", ("one stored suite (analysis/render/substrates.py): how many of the finding's "
+                        "checks it tested, and each check's symbol (– not testable here: the "
+                        "mechanism is absent; ≈ not resolvable here: the noise is at least "
+                        "the article's effect)")),
+         ("stand-in", ("the stand-in suites (params/h200-standin.yaml, h100-standin.yaml), "
+                       "whose target's step is a weight read: stored, or pending")))
+
+
+def table(reports) -> str:
+    """The first screen's table over the reports (analysis/render/report.py `Report`), each column
+    with its note above it, as the index's other tables."""
+    head = ("<tr><th data-column='finding'>finding</th>" + "".join(
+        f"<th data-column='substrate'>{_e(r.role)}</th>" for r in SUITES)
+        + "<th data-column='stand-in'>the stand-in suites</th></tr>")
+    notes = "".join(f"<span class='col-note' data-column='{_e(n)}'><b>{_e(n)}</b>: "
+                    f"{_e(note)}</span>" for n, note in NOTES)
+    rows = []
+    for rep in reports:
+        data = rep.substrates or {}
+        by = {d["params"]: d for d in data.get("substrates", [])}
+        cells = "".join(f"<td>{_e(substrate_cell(by.get(r.params)))}</td>" for r in SUITES)
+        rows.append(f"<tr data-notebook='{_e(rep.id)}'><td>{_e(rep.title)}</td>{cells}"
+                    f"<td class='standin'>{_e(standin_cell(rep.id))}</td></tr>")
+    return ("<h2 id='where'>Where each finding can be tested</h2>"
+            "<table id='where-tested' class='specrepro where index'><caption class="
+            "'column-notes'>How many of each finding's checks each substrate tested. The CPU "
+            "suite cannot express the speed mechanism (a speculative step there costs more "
+            "one-token decodes than the bound its reports print beside the articles') and the "
+            "small target leaves the H200 mostly idle, so their speed checks read – not "
+            "testable; the stand-in suites, whose step is a weight read, are where the speed "
+            f"answer is.<div class='col-notes'>{notes}</div></caption><thead>" + head
+            + "</thead><tbody>" + "".join(rows) + "</tbody></table>")
