@@ -20,6 +20,10 @@ PKG = LIB / "specrepro"
 # import. `specrepro` alone (the package's __version__) is always allowed.
 SHARED = ("specrepro.speculative", "specrepro.metrics", "specrepro.identity", "specrepro.data",
           "specrepro.provenance", "specrepro.findings", "specrepro.folder_names")
+# What every analysis package may import outside analysis (its own layer rule adds the
+# analysis packages below it; none may import `specrepro.analysis` itself, the face).
+ANALYSIS_BASE = ("specrepro.params", "specrepro.store", "specrepro.published",
+                 "specrepro.probe_answers", *SHARED)
 RULES: dict[str, tuple[str, ...]] = {
     # an engine, like vLLM: could be split out of the project
     "specrepro.embedded": ("specrepro.embedded", "specrepro.speculative", "specrepro.metrics",
@@ -28,9 +32,27 @@ RULES: dict[str, tuple[str, ...]] = {
     "specrepro.harness": ("specrepro.harness", "specrepro.params", "specrepro.store",
                           "specrepro.workloads", "specrepro.grading", "specrepro.probe_answers",
                           *SHARED),
-    # reads results tables only: never an engine, never the harness
+    # reads results tables only: never an engine, never the harness. Its __init__ (the names
+    # notebooks call) may import every analysis package; inside, the packages are layered
+    # finding <- verdict <- figures <- step_cost <- render, an arrow only upwards:
     "specrepro.analysis": ("specrepro.analysis", "specrepro.params", "specrepro.store",
                            "specrepro.published", "specrepro.probe_answers", *SHARED),
+    # the data a finding reads: its study, stored cells and the tables drawn from them
+    "specrepro.analysis.finding": (*ANALYSIS_BASE, "specrepro.analysis.finding"),
+    # the verdict: claims, rules, gates, mechanisms, outcomes; judges what a finding reads
+    "specrepro.analysis.verdict": (*ANALYSIS_BASE, "specrepro.analysis.finding",
+                                   "specrepro.analysis.verdict"),
+    # the figures: draw the finding, marked as the verdict found it
+    "specrepro.analysis.figures": (*ANALYSIS_BASE, "specrepro.analysis.finding",
+                                   "specrepro.analysis.verdict", "specrepro.analysis.figures"),
+    # the step-cost model: reads the verdict's mechanism bounds and draws on figures.common
+    "specrepro.analysis.step_cost": (*ANALYSIS_BASE, "specrepro.analysis.finding",
+                                     "specrepro.analysis.verdict", "specrepro.analysis.figures",
+                                     "specrepro.analysis.step_cost"),
+    # the rendering (display, summary, index, notebook runner): may read every package
+    "specrepro.analysis.render": (*ANALYSIS_BASE, "specrepro.analysis.finding",
+                                  "specrepro.analysis.verdict", "specrepro.analysis.figures",
+                                  "specrepro.analysis.step_cost", "specrepro.analysis.render"),
     # measuring above analysis: decides replay or run and calls the harness
     "specrepro.pipeline": ("specrepro.pipeline", "specrepro.harness", "specrepro.analysis",
                            "specrepro.params", "specrepro.store", *SHARED),
@@ -148,6 +170,22 @@ def test_every_module_keeps_its_layer_boundary():
     ("analysis", "from specrepro.harness.runner import run_study\n", "imports specrepro.harness.runner;"),
     ("analysis", "def f():\n    from specrepro.embedded import model\n", "imports specrepro.embedded;"),
     ("analysis", "from specrepro import pipeline\n", "imports specrepro.pipeline;"),
+    # the analysis packages' layers: an arrow downwards, or to the face, is caught
+    ("analysis/finding", "from specrepro.analysis.verdict.rules import Rule\n",
+     "imports specrepro.analysis.verdict.rules;"),
+    ("analysis/finding", "from specrepro.analysis import tables\n",
+     "imports specrepro.analysis;"),
+    ("analysis/verdict", "def f():\n    from specrepro.analysis.step_cost import suite\n",
+     "imports specrepro.analysis.step_cost;"),
+    ("analysis/verdict", "from specrepro.analysis.figures import marks\n",
+     "imports specrepro.analysis.figures;"),
+    ("analysis/figures", "from specrepro.analysis.step_cost.model import step\n",
+     "imports specrepro.analysis.step_cost.model;"),
+    ("analysis/figures", "from specrepro.analysis.render import show\n",
+     "imports specrepro.analysis.render;"),
+    ("analysis/step_cost", "from specrepro.analysis.render.summary import summary\n",
+     "imports specrepro.analysis.render.summary;"),
+    ("analysis/render", "from specrepro.harness import runner\n", "imports specrepro.harness;"),
     ("embedded", "import polars as pl\n", "must not import polars"),
     ("tools/training", "import polars as pl\n", "must not import polars"),
     ("tools/training", "from specrepro.store import ResultStore\n", "imports specrepro.store;"),
