@@ -5,7 +5,7 @@ Design:
   notebook makes to get its data. The suite file and the notebook's `overrides` (merged
   into the study as a suite's own overrides are, validated the same way:
   `params.resolve_study`) give the study.
-- Modes (`analysis.finding.MODES`): `replay` reads the results store and never measures (an
+- Modes (`analysis.finding.finding.MODES`): `replay` reads the results store and never measures (an
   empty store is an error that says how to measure); `run` measures the whole study anew
   through the harness's `run_study`; `auto` replays when every cell the study declares has
   a stored `ok` row that matches it, and measures otherwise (the runner resumes: only

@@ -12,6 +12,6 @@ Design:
   `check.yaml`), `check` (overheads fitted, every cell predicted), `articles` (the model fed
   each article's own box), `suite` (a suite's own cells and its floor line), `report` (the
   tables for readers), `roofline` (notebook 08's figure) and `view` (notebook 08's tables
-  and figure, built once; `specrepro.analysis.step_cost_view`).
+  and figure, built once; `sa.step_cost_view`).
 - Nothing is re-exported here: `model` is imported as `sc` by the modules that use it.
 """

@@ -94,9 +94,9 @@ def host_bound_arms(f: Finding) -> list[tuple[str, Busy]]:
 
 def substrate_line(f: Finding, floor: str = "") -> str:
     """One line: what the numbers are measured on and how busy its device was. `floor` is the
-    step-cost floor sentence (step_cost_suite.floor_line: the bytes a step reads over the
-    card's bandwidth), which the summary passes in: the verdict sits below the step-cost
-    model, so it does not compute it."""
+    step-cost floor sentence (analysis/step_cost/suite.py `floor_line`: the bytes a step reads
+    over the card's bandwidth), which the summary passes in: the verdict sits below the
+    step-cost model, so it does not compute it."""
     sub = f.suite.substrate
     head = sub.summary.strip() if sub is not None else (
         f"suite {f.suite.name!r} states no substrate (params file `substrate:`)")
