@@ -11,8 +11,10 @@
 - `inprocess_server(**engine_config)` (function scope): the aiohttp app and the engine in this
   process (a server thread), so a test can reach into the engine: free slots, fault injection;
   `server_kw` goes to `Server` (model_name, model_path, api_key; the names default to "tiny").
-- `one_torch_thread`: torch on one CPU thread for the test (engine tests: microsecond kernels,
-  threads only contend on a shared box); modules opt in with `pytestmark`.
+- `one_torch_thread` (module): torch on one CPU thread for a module's tests and the fixtures
+  they share (engine tests: microsecond kernels, threads only contend on a shared box; a
+  module fixture that trains a drafter took 16-52 s on two threads beside other work, 5 s on
+  one); modules opt in with `pytestmark`, which sets it up before their other module fixtures.
 - `random_prompts(n, seed)` (a function; `from conftest import random_prompts`): token-id
   prompts of 4-13 tokens, every other one repeating its first three tokens (n-gram hits).
 - `load_script(name)` (a function, likewise): a module of `scripts/` by file name, for the
@@ -47,7 +49,7 @@ def load_script(name: str):
     return mod
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def one_torch_thread():
     import torch
 

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import load_script
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def bench():

@@ -76,11 +76,15 @@ def tiny_study(tmp: Path, ckpt: Path, port: int) -> Path:
         "speculative": {"method": "mtp", "num_speculative_tokens": 3},
         "env": {"OMP_NUM_THREADS": "1"}, "ready_timeout_s": 120}))
     path = params / "studies" / "01_tiny.yaml"
-    # Three cells; each long enough (6 prompts x 96 tokens, ignore_eos) to be caught in flight.
+    # Three cells: a short first one (2 HumanEval prompts at one stream, only to be stored),
+    # then two long enough (6 prompts x 96 tokens, ignore_eos) to be caught in flight.
     path.write_text(yaml.safe_dump({
         "name": "tiny_kill", "notebook": "01_drafter_block_sweep",
         "arms": [{"name": "mtp", "profile": "tiny"}], "concurrency": [1, 2, 3],
-        "workloads": [{"name": "essays", "n": 6, "form": "chat", "max_tokens": 96}],
+        "workloads": [{"name": "humaneval", "n": 2, "form": "completion", "max_tokens": 16},
+                      {"name": "essays", "n": 6, "form": "chat", "max_tokens": 96}],
+        "skip": [{"workload": "humaneval", "concurrency": [2, 3]},
+                 {"workload": "essays", "concurrency": [1]}],
         "sampling": [{"temperature": 0.0}], "seed": 100, "ignore_eos": True}))
     return path
 
