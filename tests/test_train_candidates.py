@@ -28,8 +28,9 @@ def _env(tmp_path: Path, gpus: int) -> dict:
     smi.chmod(0o755)
     path = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]])
     # One torch thread a run: the candidates train side by side on this machine's CPUs (a GPU
-    # each on the real machine), and two runs of two threads each on two cores spun against
-    # each other, 67 s where one thread each takes 19 s.
+    # each on the real machine), and two runs of two threads each on two cores spin against
+    # each other (on a shared 2-core box: 24 s against 11 s when it was quiet, 148 s against
+    # 24 s beside other work).
     return {**os.environ, "PATH": path, "OMP_NUM_THREADS": "1"}
 
 
