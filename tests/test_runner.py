@@ -431,6 +431,28 @@ def test_a_launched_engine_and_the_load_generator_run_on_disjoint_cpus(
     assert all(m == client for m in seen["client"].values())
 
 
+def test_cells_of_a_folder_absent_here_are_done_by_the_fingerprint_the_store_recorded(
+        tiny_checkpoint, params_dir, tmp_path):
+    """A fresh GPU machine without the NVFP4 export (2026-12-07, H100): its arm's cells were
+    stored with the folder's content fingerprint in their id; the runner hashed the absent
+    folder without it, took the version as unknown and launched the engine to learn it, which
+    failed (vLLM looked the folder up on the Hub). The fingerprint the store recorded stands in
+    for the absent folder: the arm is skipped, nothing is launched."""
+    import shutil
+
+    ckpt = tmp_path / "export"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    embedded_profile(params_dir, ckpt, free_port())
+    path = study(params_dir, [{"name": "mtp", "profile": "tiny-mtp"}],
+                 workloads=[{"name": "essays", "n": 1, "form": "chat", "max_tokens": 4}])
+    summary, store = run(path, tmp_path)
+    assert summary.ok == 1, summary.errors
+    shutil.rmtree(ckpt)  # the machine that replays or resumes has no export
+    again, store = run(path, tmp_path)
+    assert (again.ok, again.skipped, again.failed, again.errors) == (0, 1, 0, [])
+    assert not store.manifest()["sessions"][-1].get("engines")  # no launch was tried
+
+
 def test_ctrl_c_raises_restores_the_hosts_handler():
     from specrepro.harness.runner import ctrl_c_raises
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a host that ignores Ctrl-C

@@ -145,8 +145,11 @@ def known_version(store: ResultStore, arm: ResolvedArm) -> str | None:
     """The engine version an earlier session recorded for this arm and profile: by the
     profile's hash, or, in a session rebuilt from its cells rows (store/manifest_rebuild.py:
     no hash), by arm and profile name, which is safe: a cell id computed with a version
-    matches a stored cell only where that version measured it."""
-    want = identity.profile_hash(arm.resolved)
+    matches a stored cell only where that version measured it. A local folder absent here
+    (an export not yet made on a fresh machine) is hashed by the fingerprint the store
+    recorded for it, as the cells' ids are (runner._Run.cid)."""
+    recorded = identity.recorded_fingerprints(store.manifest())
+    want = identity.params_hash(identity.profile_identity(arm.resolved, recorded))
     for session in reversed(store.manifest().get("sessions", [])):
         for eng in reversed(session.get("engines") or []):
             if eng.get("arm") == arm.name and (

@@ -218,6 +218,12 @@ class _Run:
     sequence: list[int] = field(default_factory=lambda: [0])
     launch: int | None = None
     shared: SharedCells | None = None  # the command's cells measured once for several studies
+    # {local folder: fingerprint} the store's sessions recorded, standing in for a folder
+    # absent here: a fresh machine without the NVFP4 export still knows its cells are done
+    recorded: dict[str, str] = field(default_factory=dict)
+
+    def cid(self, cell: Cell, version: str | None) -> str:
+        return identity.cell_id(self.study, cell, version, self.recorded)
 
     def fits(self) -> bool:
         """Whether one more cell ends before the deadline."""
@@ -298,7 +304,8 @@ def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
     ctxs = [_Run(study, store, bar, power_interval_s, request_timeout_s,
                  [IGNORE_EOS_WARNING] if study.ignore_eos else [],
                  set() if fresh else store.completed_cell_ids(), deadline, archive, names,
-                 cell_s, start_s, sequence=sequence)
+                 cell_s, start_s, sequence=sequence,
+                 recorded=identity.recorded_fingerprints(store.manifest()))
             for (study, store), names in zip(plans, chosen)]
     with ctrl_c_raises(), lifecycle.stop_signals():
         _run_all(ctxs, Path(root), command)
@@ -353,7 +360,7 @@ def end_run(ctx: _Run) -> None:
         versions = {a.name: ctx.versions[a.name] if a.name in ctx.versions
                     else known_version(ctx.store, a) for a in study.arms}
         summary.left = sum(1 for c in study.cells() if c.arm.name in ctx.chosen
-                           and identity.cell_id(study, c, versions[c.arm.name]) not in ctx.done)
+                           and ctx.cid(c, versions[c.arm.name]) not in ctx.done)
     status = {"ctrl-c": "interrupted", "deadline": "deadline"}.get(summary.stopped, "ok")
     if status == "ok" and (summary.failed or summary.errors):
         status = "failed"
@@ -383,8 +390,8 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
         if ctx.shared is not None:  # another study measured them: filed, no engine needed
             copied = ctx.shared.fill(ctx, arm, cells, version)
             ctx.summary.shared += copied
-        pending = sum(identity.cell_id(ctx.study, c, version) not in ctx.done for c in cells)
-        later += sum(identity.cell_id(ctx.study, c, version) not in ctx.done
+        pending = sum(ctx.cid(c, version) not in ctx.done for c in cells)
+        later += sum(ctx.cid(c, version) not in ctx.done
                      for c in ctx.cells_of(arm) if ctx.study.round_of(c) > rnd)
         if not pending or key in pool.dead:  # dead: left for a re-run, said once already
             ctx.summary.skipped += len(cells) - copied if not pending else 0
@@ -490,7 +497,7 @@ def run_arm(ctx: _Run, eng: ArmEngine, cells: Sequence[Cell]) -> None:
     before a cell that would not end by the deadline (`_AtDeadline`)."""
     summary = ctx.summary
     for cell in cells:
-        cid = identity.cell_id(ctx.study, cell, eng.version)
+        cid = ctx.cid(cell, eng.version)
         if cid in ctx.done:
             if ctx.shared is None or cid not in ctx.shared.filed:  # filed: counted as shared
                 summary.skipped += 1

@@ -54,7 +54,7 @@ class SharedCells:
             for arm in ctx.study.arms:
                 version = known_version(ctx.store, arm)
                 for cell in (c for c in ctx.study.cells() if c.arm.name == arm.name):
-                    cid = identity.cell_id(ctx.study, cell, version)
+                    cid = ctx.cid(cell, version)
                     if cid in ctx.done:
                         self.add(ctx, cell, cid, version)
 
@@ -84,7 +84,7 @@ class SharedCells:
         n = 0
         for cell in cells:
             for v in tried:
-                cid = identity.cell_id(ctx.study, cell, v)
+                cid = ctx.cid(cell, v)
                 if cid in ctx.done:
                     break
                 source = self.by_key.get(identity.shared_key(ctx.study, cell, v))
