@@ -21,7 +21,7 @@ import psutil
 import pytest
 import yaml
 
-from specrepro.harness import engines, lifecycle, process, promtext
+from specrepro.harness import engine_http, engines, lifecycle, promtext
 from specrepro.harness.run_command import main as run_main
 from specrepro.store import ResultStore
 
@@ -90,7 +90,7 @@ def tiny_study(tmp: Path, ckpt: Path, port: int) -> Path:
 
 
 def streaming(url: str) -> bool:
-    status, body = process.http_get(f"{url}/metrics", timeout=2)
+    status, body = engine_http.http_get(f"{url}/metrics", timeout=2)
     snap = (promtext.parse(body.decode(), engines.engine("embedded").metrics) if status == 200
             else None)
     return snap is not None and (snap.requests_running or 0) > 0
@@ -123,11 +123,11 @@ def test_a_killed_run_leaves_no_engine_and_its_rerun_measures_each_cell_once(
     else:  # Ctrl-C's path: the cell in flight stored as interrupted, the message printed
         assert run.returncode == 128 + sig, out
         assert f"interrupted by {sig.name}: the engine is stopped" in out
-        assert not process.port_open("127.0.0.1", port), "the engine outlived its run's teardown"
+        assert not engine_http.port_open("127.0.0.1", port), "the engine outlived its run's teardown"
         interrupted = store.load_attempts().filter(pl.col("status") == "interrupted")
         assert interrupted["error"].to_list() == [f"interrupted by {sig.name} during the cell"]
         assert store.manifest()["sessions"][-1]["summary"]["signal"] == sig.name
-    wait_for(lambda: not process.port_open("127.0.0.1", port), GONE_S, "the port free")
+    wait_for(lambda: not engine_http.port_open("127.0.0.1", port), GONE_S, "the port free")
     wait_for(lambda: not marked(results), GONE_S, "no engine or watchdog left")
     assert not psutil.pid_exists(engine["pid"]) or \
         psutil.Process(engine["pid"]).status() == psutil.STATUS_ZOMBIE
@@ -140,7 +140,7 @@ def test_a_killed_run_leaves_no_engine_and_its_rerun_measures_each_cell_once(
     assert cells.height == 3 and cells["cell_id"].n_unique() == 3  # none lost
     ok = store.load_attempts().filter(pl.col("status") == "ok")
     assert ok.height == 3 and ok["cell_id"].n_unique() == 3  # none measured twice
-    assert not process.port_open("127.0.0.1", port) and not marked(results)
+    assert not engine_http.port_open("127.0.0.1", port) and not marked(results)
 
 
 # ------------------------------------------------------------------ stale engines
@@ -206,7 +206,7 @@ def test_a_stale_engine_of_this_store_is_stopped_with_its_children_and_said(tmp_
         engine.wait(timeout=5)  # reaped here: it is this test's child
         assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
                        for p in members)
-        assert not process.port_open("127.0.0.1", port) and not path.exists()
+        assert not engine_http.port_open("127.0.0.1", port) and not path.exists()
         (line,) = said
         assert line.startswith(f"stopped a stale engine of this results dir on 127.0.0.1:"
                                f"{port}: pid {engine.pid}") and "which has exited" in line
@@ -285,7 +285,7 @@ def test_the_watchdog_stops_the_engines_whole_group_when_its_run_is_killed(tmp_p
         wait_for(lambda: not any(p.is_running() and p.status() != "zombie" for p in members),
                  GONE_S, "the engine and its child gone")
         wait_for(lambda: not (pid_dir / f"{port}.json").exists(), 5, "the pid file removed")
-        assert not process.port_open("127.0.0.1", port)
+        assert not engine_http.port_open("127.0.0.1", port)
     finally:
         if owner.poll() is None:
             owner.kill()

@@ -23,7 +23,7 @@ from specrepro.harness import engine_handle, engines
 from specrepro.harness.engines import base, launch, render_argv
 from specrepro.harness.engines.base import EngineError
 from specrepro.harness.flags import FlagCheck, engine_cli, profile_file, render_flags
-from specrepro.harness.process import startup_error
+from specrepro.harness.startup_log import startup_error
 from specrepro.params import ParamsError, Profile, load_profile
 from specrepro.params.schema import SpeculativeConfig
 

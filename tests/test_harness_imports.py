@@ -78,7 +78,7 @@ def test_no_private_name_crosses_harness_modules():
         for line, module, names in imported(path):
             bad += [f"{path.relative_to(LIB)}:{line}: imports {n} from {module}"
                     for n in names if n.startswith("_") and not n.startswith("__")]
-        for node in ast.walk(tree):  # `from specrepro.harness import process as p`: p._x
+        for node in ast.walk(tree):  # `from specrepro.harness import steady as s`: s._x
             if isinstance(node, ast.ImportFrom) and node.module:
                 for a in node.names:
                     if f"{node.module}.{a.name}" in MODULES:

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from specrepro.harness import engines, process, promtext
+from specrepro.harness import engine_http, engines, promtext
 from specrepro.harness.loadgen import (
     LoadConfig,
     StreamTimer,
@@ -109,12 +109,12 @@ def test_unreachable_engine_is_recorded_not_raised():
 
 
 def test_live_stream_counts_match_usage_and_counters(embedded_server):
-    model = process.http_json(f"{embedded_server}/v1/models")["data"][0]["id"]
+    model = engine_http.http_json(f"{embedded_server}/v1/models")["data"][0]["id"]
     prompts = [Prompt(id=f"p{i}", workload="essays", max_tokens=20,
                       messages=[{"role": "user", "content": f"Essay {i}"}]) for i in range(3)]
     cfg = LoadConfig(url=embedded_server, model=model, concurrency=2, warmup=1, seed=7,
                      features=engines.engine("embedded").request_features)
-    res = run_load(prompts, cfg, lambda: process.http_get(f"{embedded_server}/metrics")[1].decode())
+    res = run_load(prompts, cfg, lambda: engine_http.http_get(f"{embedded_server}/metrics")[1].decode())
     assert sorted(r.request_idx for r in res.records) == [0, 1, 2]
     for r in res.records:
         assert r.error is None, r.error

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from fake_engine import FakeEngine
-from specrepro.harness import engines, process, promtext, steady
+from specrepro.harness import engine_http, engines, promtext, steady
 from specrepro.harness.loadgen import LoadConfig, LoadGenerator
 from specrepro.harness.records import LoadResult, RequestRecord
 from specrepro.params.window import Window
@@ -37,7 +37,7 @@ def run_window(eng: FakeEngine, c: int, **window) -> LoadResult:
                   **window})
     cfg = LoadConfig(url=eng.url, model="fake", concurrency=c, steady=w,
                      features=engines.engine("vllm").request_features)
-    return LoadGenerator(cfg).run(PROMPTS, lambda: process.http_get(f"{eng.url}/metrics")[1]
+    return LoadGenerator(cfg).run(PROMPTS, lambda: engine_http.http_get(f"{eng.url}/metrics")[1]
                                   .decode())
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from conftest import ThreadedApp
 from specrepro.grading import grade_gsm8k
-from specrepro.harness import engines, process, promtext
+from specrepro.harness import cpu_placement, engine_http, engines, promtext
 from specrepro.harness.run_command import main
 from specrepro.harness.runner import IGNORE_EOS_WARNING, run_study
 from specrepro.identity import local_model_fingerprint
@@ -66,11 +66,11 @@ def study(params: Path, arms: list[dict], **extra) -> Path:
 
 
 def served_model(url: str) -> str:
-    return process.http_json(f"{url}/v1/models")["data"][0]["id"]
+    return engine_http.http_json(f"{url}/v1/models")["data"][0]["id"]
 
 
 def scrape(url: str) -> promtext.SpecCounters:
-    text = process.http_get(f"{url}/metrics")[1].decode()
+    text = engine_http.http_get(f"{url}/metrics")[1].decode()
     return promtext.parse(text, engines.engine("embedded").metrics)
 
 
@@ -264,7 +264,7 @@ def when_second_cell_streams(store_root: Path, url: str, act) -> threading.Threa
         base = None  # generation tokens when the first cell was stored
         while time.monotonic() < deadline:
             if list((store_root / "cells").glob("*.parquet")):
-                status, body = process.http_get(f"{url}/metrics", timeout=5)
+                status, body = engine_http.http_get(f"{url}/metrics", timeout=5)
                 snap = (promtext.parse(body.decode(), engines.engine("embedded").metrics)
                         if status == 200 else None)
                 gen = None if snap is None else snap.generation_tokens
@@ -338,7 +338,7 @@ def test_engine_death_mid_cell_is_a_failed_cell_and_a_rerun_completes(
 
 
 def test_plan_placement_splits_the_cpus_or_says_why_not():
-    plan = process.plan_placement
+    plan = cpu_placement.plan_placement
     two = plan("auto", (0, 1), 1)
     assert (two.engine_cpus, two.client_cpus, two.pinned, two.threads) == ((1,), (0,), True, 1)
     assert two.record() == {"engine_cpus": [1], "client_cpus": [0], "pinned": True,
@@ -377,8 +377,8 @@ def test_the_embedded_engine_computes_with_the_threads_its_server_would_use():
 def test_session_placement_names_the_arms_placed_otherwise():
     from specrepro.harness.runner import session_placement
 
-    pinned = process.plan_placement("auto", (0, 1), 1)
-    peer = process.plan_placement("auto", (0, 1), None, why_not="in-process peer")
+    pinned = cpu_placement.plan_placement("auto", (0, 1), 1)
+    peer = cpu_placement.plan_placement("auto", (0, 1), None, why_not="in-process peer")
     assert session_placement({"a": pinned, "b": pinned}) == pinned.record()
     mixed = session_placement({"peer": peer, "a": pinned})
     assert mixed["pinned"] and mixed["engine_cpus"] == [1]
@@ -485,7 +485,7 @@ def test_ctrl_c_keeps_what_was_measured_and_a_rerun_resumes(
         statuses = sorted(store.load_attempts()["status"].to_list())
         assert statuses == ["interrupted", "ok"]
         assert store.manifest()["sessions"][-1]["status"] == "interrupted"
-        assert not process.port_open("127.0.0.1", port)  # the engine was stopped
+        assert not engine_http.port_open("127.0.0.1", port)  # the engine was stopped
         summary, store = run(path, tmp_path)
         assert (summary.ok, summary.skipped) == (1, 1) and store.load_cells().height == 2
     finally:
@@ -555,7 +555,7 @@ def test_the_cell_in_flight_at_the_deadline_is_stored_interrupted_and_a_rerun_re
     assert cut["error"] == "stopped at the deadline (--deadline-s 3600) during the cell"
     assert cut["concurrency"] == 2
     assert store.manifest()["sessions"][-1]["status"] == "deadline"
-    assert not process.port_open("127.0.0.1", port)  # the engine was stopped
+    assert not engine_http.port_open("127.0.0.1", port)  # the engine was stopped
     summary, store = run(path, tmp_path)  # the next run measures only the interrupted cell
     assert (summary.ok, summary.skipped, summary.stopped) == (1, 1, None)
     assert store.load_cells()["cell_id"].n_unique() == 2

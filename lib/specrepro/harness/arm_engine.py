@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specrepro import identity
-from specrepro.harness import engines, power, process
+from specrepro.harness import cpu_placement, engine_http, engines, power
 from specrepro.harness.engine_handle import EngineHandle
 from specrepro.harness.engines.base import EngineAdapter
 from specrepro.params import ResolvedArm
@@ -31,10 +31,10 @@ class ArmEngine:
     arm: ResolvedArm
     handle: EngineHandle | None = None
     peer: Any = None  # peer.TransformersPeer
-    peer_placement: process.Placement | None = None  # the peer's (the handle keeps its own)
+    peer_placement: cpu_placement.Placement | None = None  # the peer's (the handle keeps its own)
 
     @property
-    def placement(self) -> process.Placement | None:
+    def placement(self) -> cpu_placement.Placement | None:
         return self.peer_placement if self.peer is not None else self.handle.placement
 
     @property
@@ -66,7 +66,7 @@ class ArmEngine:
         if not self.handle.alive():
             return False
         path = self.handle.served_by.ready_path
-        return process.http_get(self.handle.url + path, timeout=5.0)[0] != 0
+        return engine_http.http_get(self.handle.url + path, timeout=5.0)[0] != 0
 
     def scrape(self) -> str | None:
         return None if self.peer is not None else self.handle.metrics_text()
@@ -93,13 +93,13 @@ class ArmEngine:
 
 
 def placement_for(arm: ResolvedArm, policy: str,
-                  cpus: tuple[int, ...] | None) -> process.Placement:
-    """The arm's CPU placement under the study's policy (process.plan_placement)."""
+                  cpus: tuple[int, ...] | None) -> cpu_placement.Placement:
+    """The arm's CPU placement under the study's policy (cpu_placement.plan_placement)."""
     profile = arm.resolved
     adapter = engines.engine(profile.engine)
     if adapter.why_unpinned:  # attached, or in-process
-        return process.plan_placement(policy, cpus, None, why_not=adapter.why_unpinned)
-    return process.plan_placement(policy, cpus, adapter.cpu_threads(profile))
+        return cpu_placement.plan_placement(policy, cpus, None, why_not=adapter.why_unpinned)
+    return cpu_placement.plan_placement(policy, cpus, adapter.cpu_threads(profile))
 
 
 def log_name(arm: ResolvedArm) -> str:
@@ -110,7 +110,7 @@ def log_name(arm: ResolvedArm) -> str:
 
 
 def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
-                 placement: process.Placement | None = None,
+                 placement: cpu_placement.Placement | None = None,
                  pid_dir: Path | None = None, port: int | None = None) -> ArmEngine:
     """The arm's engine started (its pid file in pid_dir: lifecycle.engines_dir), or the
     in-process peer loaded. `port`: where a launched engine listens instead of its
@@ -127,7 +127,7 @@ def start_engine(arm: ResolvedArm, log_dir: Path, root: Path,
                                                 pid_dir=pid_dir))
 
 
-def session_placement(placements: dict[str, process.Placement]) -> dict:
+def session_placement(placements: dict[str, cpu_placement.Placement]) -> dict:
     """The manifest session's `placement`: the arms' common record, or the first pinned
     arm's with the arms placed otherwise named in the note."""
     if not placements:

@@ -42,8 +42,8 @@ from specrepro import metrics
 from specrepro.grading import grade_gsm8k
 from specrepro.harness import engine_latency, power, promtext, steady
 from specrepro.harness.engines.base import EngineAdapter
-from specrepro.harness.process import StartupInfo
 from specrepro.harness.records import LoadResult, RequestRecord
+from specrepro.harness.startup_log import StartupInfo
 from specrepro.params import Cell, ResolvedStudy
 from specrepro.workloads import Prompt
 

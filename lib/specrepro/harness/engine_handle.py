@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any, Self
 
 from specrepro.harness import promtext
-from specrepro.harness.process import Placement, StartupInfo, http_get
+from specrepro.harness.cpu_placement import Placement
+from specrepro.harness.engine_http import http_get
+from specrepro.harness.startup_log import StartupInfo
 from specrepro.params import Profile
 
 STOP_GRACE_S = 30.0  # SIGTERM → SIGKILL: vLLM's engine cores need a few seconds to exit

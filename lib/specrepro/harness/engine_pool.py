@@ -35,7 +35,7 @@ from typing import Any
 
 from specrepro.harness import engines
 from specrepro.harness.arm_engine import ArmEngine, start_engine
-from specrepro.harness.process import port_open
+from specrepro.harness.engine_http import port_open
 from specrepro.params import ResolvedArm
 from specrepro.store import append_log, pack_log
 

@@ -50,7 +50,7 @@ from typing import Any
 import psutil
 
 from specrepro.harness import engine_handle as handles
-from specrepro.harness import process as proc_mod
+from specrepro.harness import engine_http
 
 MARK = "SPECREPRO_ENGINE_PIDFILE"  # in an engine's environment: its pid file's path
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -300,7 +300,7 @@ def listeners(port: int) -> list[int]:
 
 def _wait_port_free(host: str, port: int, timeout_s: float = PORT_FREE_S) -> bool:
     deadline = time.monotonic() + timeout_s
-    while proc_mod.port_open(host, port):
+    while engine_http.port_open(host, port):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
@@ -350,7 +350,7 @@ def clear_port(host: str, port: int, pid_dir: Path | str | None, say=None) -> st
         problem = _stale(pid_path(pid_dir, port), say)
         if problem:
             return problem
-    if proc_mod.port_open(host, port):
+    if engine_http.port_open(host, port):
         return f"something already listens on {host}:{port}: {holder(port, pid_dir)}"
     return None
 

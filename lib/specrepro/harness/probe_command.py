@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from specrepro import identity
-from specrepro.harness import lifecycle, process
+from specrepro.harness import cpu_placement, lifecycle
 from specrepro.harness.arm_engine import log_name, placement_for, start_engine
 from specrepro.harness.engines.base import EngineError
 from specrepro.harness.loadgen import LoadGenerator
@@ -73,7 +73,7 @@ def ask(study: ResolvedStudy, probe: ResolvedProbe, store: ResultStore, root: Pa
     started = time.monotonic()
     try:
         eng = start_engine(probe, store.logs_dir, root,
-                           placement_for(probe, study.placement, process.allowed_cpus()),
+                           placement_for(probe, study.placement, cpu_placement.allowed_cpus()),
                            lifecycle.engines_dir(store.root.parent.parent))
     except (EngineError, ParamsError, RuntimeError, OSError) as err:
         record.update(answer=NO_START, error=str(err))

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from specrepro.harness import engines, process, profiling
+from specrepro.harness import engine_http, engines, profiling
 from specrepro.harness.arm_engine import ArmEngine
 from specrepro.harness.engines.base import EngineError
 from specrepro.harness.loadgen import LoadGenerator
@@ -88,7 +88,7 @@ def profile_arm(params: str, study_id: str, arm_name: str, out: Path, concurrenc
         LoadGenerator(cfg).run(load)  # untraced: everything the first requests warm
         since = time.time()
         for action in ("start_profile", "stop_profile"):
-            status, body = process.http_post(f"{handle.url}/{action}", timeout=600.0)
+            status, body = engine_http.http_post(f"{handle.url}/{action}", timeout=600.0)
             if status != 200:
                 raise EngineError(f"{handle.url}/{action} answered {status}: "
                                           f"{body[:300].decode(errors='replace')}; log "

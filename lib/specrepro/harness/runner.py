@@ -36,7 +36,7 @@ Design:
   (`lifecycle.stop_signals`; the summary names the signal); SIGKILL leaves the engine to
   its watchdog, and a stale engine to the next run (lifecycle.py, pid files in
   `<results_dir>/.engines/`).
-- CPU placement (the study's `placement`, `process.plan_placement`): per arm, a launched
+- CPU placement (the study's `placement`, `cpu_placement.plan_placement`): per arm, a launched
   engine and this process (the load generator) are pinned to disjoint CPU sets where the
   machine allows, for the arm's cells, and undone after; an attached engine or the
   in-process peer is not, with the reason. The session's `placement` in the manifest is
@@ -84,7 +84,7 @@ from typing import Any
 from tqdm import tqdm
 
 from specrepro import identity
-from specrepro.harness import lifecycle, power, process
+from specrepro.harness import cpu_placement, lifecycle, power
 from specrepro.harness.archive import Archive
 from specrepro.harness.arm_engine import (
     ArmEngine,
@@ -211,7 +211,7 @@ class _Run:
     summary: RunSummary = field(default_factory=RunSummary)
     prompts_of: dict[str, list[Prompt]] = field(default_factory=dict)
     versions: dict[str, str | None] = field(default_factory=dict)  # arm -> its engine's version
-    placements: dict[str, process.Placement] = field(default_factory=dict)
+    placements: dict[str, cpu_placement.Placement] = field(default_factory=dict)
     # where the cell being measured stands: its round (A B C, A B C), its position among
     # the command's measured cells (the one counter every study shares), its engine start
     round: int = 0
@@ -313,7 +313,7 @@ def run_studies(plans: Sequence[tuple[ResolvedStudy, ResultStore]], *,
 
 
 def _run_all(ctxs: Sequence[_Run], root: Path, command: list[str] | None) -> None:
-    cpus = process.allowed_cpus()  # before any pinning: what the machine gives this process
+    cpus = cpu_placement.allowed_cpus()  # before any pinning: what the machine gives this process
     keep, note = choose_keep([ctx.study for ctx in ctxs], [a for ctx in ctxs for a in ctx.arms()])
     for ctx in ctxs:
         ctx.store.begin_session({
@@ -410,7 +410,7 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
     saved: dict[int, set[int]] = {}
     try:
         if pinned:  # the load generator off the engine's CPUs for the arm's cells
-            saved = process.pin_process(eng.placement.client_cpus)
+            saved = cpu_placement.pin_process(eng.placement.client_cpus)
         for i, (ctx, arm, cells) in enumerate(todo):
             view = eng if arm is eng.arm else dataclasses.replace(eng, arm=arm)
             announce(ctx, arm, view, live)
@@ -426,7 +426,7 @@ def run_group(group: Sequence[tuple[_Run, ResolvedArm]], root: Path,
                 break
     finally:
         if pinned:
-            process.restore(saved, cpus)
+            cpu_placement.restore(saved, cpus)
         pool.release(key)
 
 

@@ -13,7 +13,7 @@ Design:
   cell sends every prompt once; the fixed window's `mode` and `window_s` are retired and
   fail saying so, `Study.RETIRED`) and
   `Study.interleave` orders repeats across arms (window.py); `Study.placement` is how the
-  harness places a launched engine and its load generator on the CPUs (harness/process.py).
+  harness places a launched engine and its load generator on the CPUs (harness/cpu_placement.py).
   Neither is part of a cell's identity beyond the window's timing.
 - A study resolved against a suite (its arms' profiles loaded) is schema.ResolvedStudy.
 """
@@ -220,7 +220,7 @@ class Study(Strict):
     skip: list[Skip] = Field(default_factory=list)
     probes: list[Probe] = Field(default_factory=list)
     # Where the harness runs a launched engine and its own load generator (runner.py,
-    # process.plan_placement): "auto" pins them to disjoint CPU sets where the machine has
+    # cpu_placement.plan_placement): "auto" pins them to disjoint CPU sets where the machine has
     # two CPUs or more; "none" leaves both to the OS. Recorded in the manifest, not part of
     # a cell's identity (it is how the machine was used, like its load).
     placement: Literal["auto", "none"] = "auto"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specrepro.harness.cpu_placement import Placement
 from specrepro.harness.engine_handle import EngineHandle
 from specrepro.harness.engines.attach import AttachAdapter
 from specrepro.harness.engines.base import EngineAdapter, EngineError
@@ -27,7 +28,6 @@ from specrepro.harness.engines.generic import GenericAdapter
 from specrepro.harness.engines.sglang import SGLangAdapter
 from specrepro.harness.engines.transformers import TransformersAdapter
 from specrepro.harness.engines.vllm import VLLMAdapter
-from specrepro.harness.process import Placement
 from specrepro.params import Profile
 
 ENGINES: dict[str, EngineAdapter] = {}  # profile.engine -> its adapter

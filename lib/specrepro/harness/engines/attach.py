@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from specrepro.harness.cpu_placement import Placement
 from specrepro.harness.engine_handle import EngineHandle
+from specrepro.harness.engine_http import poll_ready, read_version
 from specrepro.harness.engines.base import EngineAdapter, EngineError, Probe, facts_warnings
 from specrepro.harness.engines.sglang import SGLangAdapter
-from specrepro.harness.process import Placement, poll_ready, read_version
 from specrepro.params import Profile
 
 

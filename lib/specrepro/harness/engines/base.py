@@ -15,8 +15,8 @@ Design:
     that takes the file's path; `launch()` writes `speculative_file(profile)` beside the
     engine's log (`<log name>.speculative.json`) and passes it (`side_files`). None, the
     default (every engine here): the config goes on the command line;
-  - `routes` (readiness, version: `process.Routes`), `log_facts` (startup-log patterns,
-    `process.LogFact`), `metrics` (`promtext.MetricNames`: counters, latency histograms,
+  - `routes` (readiness, version: `engine_http.Routes`), `log_facts` (startup-log patterns,
+    `startup_log.LogFact`), `metrics` (`promtext.MetricNames`: counters, latency histograms,
     what a missing /metrics costs; None for an engine with no /metrics),
     `request_features` (`loadgen.RequestFeatures`) and `request_extras`, `acceptance`
     (where a cell's acceptance counts come from: the counters in vLLM's names by default),
@@ -28,7 +28,7 @@ Design:
   log's first error line, and at the profile's `ready_timeout_s`, with the log's tail in
   the error; on any error, Ctrl-C included, the group is stopped before the exception
   propagates. The running engine is an `engine_handle.EngineHandle`.
-- CPU placement (`process.plan_placement`): given a pinned `Placement`, `launch()` starts
+- CPU placement (`cpu_placement.plan_placement`): given a pinned `Placement`, `launch()` starts
   the engine from a thread on the engine's CPU set (the process inherits it), adds the
   adapter's `threads_flag` set to the size of that set unless the profile sets it, and
   records on the handle the mask the process really got. `cpu_threads(profile)` tells the
@@ -53,23 +53,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specrepro.harness import flags, lifecycle, promtext
+from specrepro.harness.cpu_placement import Placement, thread_affinity
 from specrepro.harness.engine_handle import EngineHandle
+from specrepro.harness.engine_http import Routes, http_get, http_json, poll_ready, read_version
 from specrepro.harness.flags import engine_cli, engine_cli_versions
 from specrepro.harness.loadgen import RequestFeatures
-from specrepro.harness.process import (
-    LogFact,
-    Placement,
-    Routes,
-    StartupInfo,
-    http_get,
-    http_json,
-    parse_log,
-    poll_ready,
-    read_version,
-    startup_error,
-    thread_affinity,
-)
 from specrepro.harness.records import RequestRecord
+from specrepro.harness.startup_log import LogFact, StartupInfo, parse_log, startup_error
 from specrepro.params import Profile
 
 # Readiness polling starts fast and backs off to four times a second: a poll is one local HTTP

@@ -25,12 +25,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
+from specrepro.harness.engine_http import Routes
 from specrepro.harness.engines.base import Counts, EngineAdapter, Probe
 from specrepro.harness.flags import FlagCheck, model_flags, profile_file, render_flags
 from specrepro.harness.loadgen import RequestFeatures
-from specrepro.harness.process import LogFact, Routes
 from specrepro.harness.promtext import MetricNames, SpecCounters
 from specrepro.harness.records import RequestRecord
+from specrepro.harness.startup_log import LogFact
 from specrepro.params import Profile
 
 # SGLang 0.5.23: /ready, 200 after warm-up, no generation (its /health runs one of

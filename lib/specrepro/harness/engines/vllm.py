@@ -14,11 +14,12 @@ import json
 from pathlib import Path
 from typing import ClassVar
 
+from specrepro.harness.engine_http import Routes
 from specrepro.harness.engines.base import EngineAdapter, Probe
 from specrepro.harness.flags import FlagCheck, model_flags, profile_file, render_flags
 from specrepro.harness.loadgen import RequestFeatures
-from specrepro.harness.process import LogFact, Routes
 from specrepro.harness.promtext import MetricNames
+from specrepro.harness.startup_log import LogFact
 from specrepro.params import Profile
 
 # vLLM 0.26.0 and 0.33.0: /health is 200 once the engine is up; /version {"version"}
