@@ -23,20 +23,20 @@ SHARED = ("specrepro.speculative", "specrepro.metrics", "specrepro.identity", "s
 # What every analysis package may import outside analysis (its own layer rule adds the
 # analysis packages below it; none may import `specrepro.analysis` itself, the face).
 ANALYSIS_BASE = ("specrepro.params", "specrepro.store", "specrepro.published",
-                 "specrepro.probe_answers", *SHARED)
+                 "specrepro.probes", *SHARED)
 RULES: dict[str, tuple[str, ...]] = {
     # an engine, like vLLM: could be split out of the project
     "specrepro.embedded": ("specrepro.embedded", "specrepro.speculative", "specrepro.metrics",
                            "specrepro.data"),
     # reaches engines over HTTP (the embedded one as a process), never their internals
     "specrepro.harness": ("specrepro.harness", "specrepro.params", "specrepro.store",
-                          "specrepro.workloads", "specrepro.grading", "specrepro.probe_answers",
+                          "specrepro.workloads", "specrepro.grading", "specrepro.probes",
                           *SHARED),
     # reads results tables only: never an engine, never the harness. Its __init__ (the names
     # notebooks call) may import every analysis package; inside, the packages are layered
     # finding <- verdict <- figures <- step_cost <- render, an arrow only upwards:
     "specrepro.analysis": ("specrepro.analysis", "specrepro.params", "specrepro.store",
-                           "specrepro.published", "specrepro.probe_answers", *SHARED),
+                           "specrepro.published", "specrepro.probes", *SHARED),
     # the data a finding reads: its study, stored cells and the tables drawn from them
     "specrepro.analysis.finding": (*ANALYSIS_BASE, "specrepro.analysis.finding"),
     # the verdict: claims, rules, gates, mechanisms, outcomes; judges what a finding reads
@@ -55,7 +55,7 @@ RULES: dict[str, tuple[str, ...]] = {
                                   "specrepro.analysis.step_cost", "specrepro.analysis.render"),
     # measuring above analysis: decides replay or run and calls the harness
     "specrepro.pipeline": ("specrepro.pipeline", "specrepro.harness", "specrepro.analysis",
-                           "specrepro.params", "specrepro.store", *SHARED),
+                           "specrepro.params", "specrepro.store", "specrepro.probes", *SHARED),
     # a gate names a column of the results tables
     "specrepro.params": ("specrepro.params", "specrepro.store", *SHARED),
     # the results store (its public interface: specrepro/store/__init__.py)
@@ -65,7 +65,7 @@ RULES: dict[str, tuple[str, ...]] = {
     # what a readable table file is; a damaged one set aside (every reader goes through it)
     "specrepro.store.integrity": ("specrepro.store.schema", "specrepro.store.sharing"),
     # a probe's answers in a manifest: read by `specrepro probe` and by the report
-    "specrepro.probe_answers": ("specrepro.params", *SHARED),
+    "specrepro.probes": ("specrepro.params", *SHARED),
     "specrepro.workloads": ("specrepro.workloads", *SHARED),
     "specrepro.grading": ("specrepro.grading",),
     "specrepro.published": ("specrepro.published",),

@@ -1,4 +1,4 @@
-"""A study's probes (params `probes:`, harness/probe_command.py, analysis/finding/probes.py): declared
+"""A study's probes (params `probes:`, harness/probe_command.py, specrepro/probes.py): declared
 and validated with the study, asked by `specrepro probe` against the embedded server on the
 CPU (one that serves, one that does not start), stored in the study's manifest, and read
 back for the report, including the answer a run's failed engine start already gave."""
@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 import yaml
 
-from specrepro.analysis.finding import probes
+from specrepro import probes
 from specrepro.harness import probe_command
 from specrepro.params import ParamsError, load_suite, resolve_study
 from specrepro.store import ResultStore

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from specrepro.analysis.finding import probes
+from specrepro import probes
 from specrepro.analysis.finding.finding import (
     MODES,
     Finding,

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specrepro import probe_answers
+from specrepro import probes
 from specrepro.harness.cost_model import CostModel
 from specrepro.harness.costs import read_stores
 from specrepro.harness.deadline import seconds_arg, zoned_time_arg
@@ -61,7 +61,7 @@ def probe_lines(plans, results: Path, costs: CostModel) -> list[str]:
         store = ResultStore(results, st.name, run_id)
         manifest = store.manifest() if store.manifest_path.is_file() else {"sessions": []}
         for probe in st.probes:
-            if probe_answers.latest(manifest, probe) is not None:
+            if probes.latest(manifest, probe) is not None:
                 out.append(f"  {st.notebook_id} probe {probe.name}: answered (stored)")
                 continue
             start = costs.start(probe.resolved)

@@ -10,7 +10,7 @@ own request form (`runner.load_config`: chat or completion, OpenAI or SGLang's n
 then the engine stops. The answer is one of `ANSWERS`, with the engine's error (the root
 cause the launcher picks out of the log) when it did not start. It goes into a session of
 the study's store as `probes: [{...}]`, beside the engines of the runs, so the same
-manifest says what was measured and what could not start; analysis/finding/probes.py reads it
+manifest says what was measured and what could not start; specrepro/probes.py reads it
 back for the report. A probe is asked again only with `--again` (a new engine release):
 every answer stays, the report shows the latest.
 """
@@ -31,7 +31,7 @@ from specrepro.harness.run_command import refuse_without_gpu
 from specrepro.harness.runner import load_config
 from specrepro.params import ParamsError, Problem, ResolvedProbe, ResolvedStudy
 from specrepro.params import resolve_file as resolve
-from specrepro.probe_answers import latest
+from specrepro.probes import latest
 from specrepro.store import ResultStore, now, pack_log
 from specrepro.workloads import build_workload
 
@@ -55,7 +55,7 @@ def chosen_probes(study: ResolvedStudy, names: list[str]) -> list[ResolvedProbe]
 
 def answered(manifest: dict, probe: ResolvedProbe) -> dict | None:
     """The latest stored answer of this probe with this resolved profile, if any: a probe
-    record, or a run's engine entry of the same profile (probe_answers.py, the report's
+    record, or a run's engine entry of the same profile (specrepro/probes.py, the report's
     reading too, so a probe a failed run already answered is not started again)."""
     found = latest(manifest, probe)
     if found is None:

@@ -22,7 +22,8 @@ import polars as pl
 from IPython.display import HTML, Image, Markdown, display
 
 import specrepro.analysis.figures as figs
-from specrepro.analysis.finding import engine_starts, probes, tables, window_health
+from specrepro import probes
+from specrepro.analysis.finding import engine_starts, tables, window_health
 from specrepro.analysis.finding.finding import Finding, devices
 from specrepro.analysis.render.substrates import compare, substrates_html
 from specrepro.analysis.render.summary import summary as build_summary

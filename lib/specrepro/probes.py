@@ -1,11 +1,11 @@
-"""A probe's answers as a study's results-store manifest holds them: what `specrepro probe`
-asks again (only a probe with none) and what the report shows (analysis/finding/probes.py), one
-reading for both.
+"""A study's probes: their answers as the results store's manifest holds them, one reading
+for what `specrepro probe` asks again (only a probe with none) and for the report's table.
 
-Design: a probe (params `probes:`) asks whether one profile's engine starts and serves
-(harness/probe_command.py). Its answer is the latest of two kinds of record in the
-manifest's sessions, matched on the probe's resolved profile (`identity.profile_hash`, so a
-changed flag or engine pin is a new question):
+Design: a probe (params `probes:`) asks whether one profile's engine starts and serves;
+`specrepro probe` (harness/probe_command.py, beside the harness's other commands, since
+asking starts an engine) writes its answer. Its answer is the latest of two kinds of record
+in the manifest's sessions, matched on the probe's resolved profile
+(`identity.profile_hash`, so a changed flag or engine pin is a new question):
 - `probes` records that `specrepro probe` wrote: serves, does not start (with the engine's
   error), or starts and does not serve;
 - `engines` records of a run whose arm used the same profile: an entry with an `error` is
@@ -13,12 +13,17 @@ changed flag or engine pin is a new question):
   run's cells. Entries written before failed starts carried their profile hash are matched
   through the session's own resolved params.
 Each answer says where it comes from (session, command, log), so a reviewer can open the
-engine's log.
+engine's log. `answers` is the report's table: one row per declared probe, its latest
+answer, or for a probe never asked, how to ask it.
 """
 from __future__ import annotations
 
+import polars as pl
+
 from specrepro import identity
-from specrepro.params import Profile, ResolvedProbe
+from specrepro.params import Profile, ResolvedProbe, ResolvedStudy
+
+COLUMNS = ["probe", "question", "profile", "answer", "why", "asked", "source", "log"]
 
 
 def _session_hash(session: dict, arm: str) -> str | None:
@@ -80,3 +85,16 @@ def latest(manifest: dict, probe: ResolvedProbe) -> dict | None:
     found = _records(manifest, probe.name, probe.resolved.name,
                      identity.profile_hash(probe.resolved))
     return found[-1] if found else None
+
+
+def answers(study: ResolvedStudy, manifest: dict, suite_path: str = "SUITE") -> pl.DataFrame:
+    """One row per declared probe: its latest answer, or how to ask it."""
+    rows = []
+    for p in study.probes:
+        row = latest(manifest, p) or {
+            "answer": "not asked yet", "asked": "", "log": "",
+            "why": f"specrepro probe {suite_path} --study {study.notebook_id} --probe {p.name}",
+            "source": ""}
+        rows.append({"probe": p.label or p.name, "question": p.question,
+                     "profile": p.resolved.name, **row})
+    return pl.DataFrame(rows, schema={c: pl.String for c in COLUMNS})
