@@ -178,21 +178,34 @@ def _suite_plain_ratio(f: Finding, arm: str, level: int) -> Figure | None:
                               & pl.col("step_ms").is_not_null())
         if not theirs.height:
             continue
-        shared = sorted(set(mine["workload"].to_list()) & set(theirs["workload"].to_list()))
-        w_mine, w_theirs = ((shared[0], shared[0]) if shared else
-                            (sorted(mine["workload"].to_list())[0],
-                             sorted(theirs["workload"].to_list())[0]))
-        num = float(mine.filter(pl.col("workload") == w_mine)["step_ms"].mean())
-        base = theirs.filter(pl.col("workload") == w_theirs)
-        den = float(base["step_ms"].mean())
-        if not den:
-            continue
-        on = w_mine if w_mine == w_theirs else f"{w_mine} against {w_theirs}"
-        return Figure(num / den, (
-            f"cells: {num:.3g} ms a step against {nb}'s {base['arm'][0]} {den:.3g} ms (the "
-            f"same engine, target and card; this study has no plain arm), {on}, {level} "
-            f"stream{'s' if level != 1 else ''}"))
+        got = _steps_ratio(mine, theirs, level, any_workload=True)
+        if got is not None:
+            num, den, on, base = got
+            return Figure(num / den, f"cells: {num:.3g} ms a step against {nb}'s {base} "
+                                 f"{den:.3g} ms (the same engine, target and card; this study "
+                                 f"has no plain arm), {on}")
     return None
+
+
+def _steps_ratio(mine: pl.DataFrame, theirs: pl.DataFrame, level: int | None,
+                 any_workload: bool = False) -> tuple[float, float, str, str] | None:
+    """The mean step_ms of `mine` and of `theirs` (cells at one level, step_ms set) on the
+    first workload both measured, else, with `any_workload`, on each one's first: (mine's,
+    theirs', where, the base arm); None where none is shared (and not `any_workload`), or
+    the base's step is 0."""
+    shared = sorted(set(mine["workload"].to_list()) & set(theirs["workload"].to_list()))
+    if not shared and not any_workload:
+        return None
+    w_mine, w_theirs = ((shared[0], shared[0]) if shared else
+                        (sorted(mine["workload"].to_list())[0],
+                         sorted(theirs["workload"].to_list())[0]))
+    num = float(mine.filter(pl.col("workload") == w_mine)["step_ms"].mean())
+    base = theirs.filter(pl.col("workload") == w_theirs)
+    den = float(base["step_ms"].mean())
+    if not den:
+        return None
+    on = w_mine if w_mine == w_theirs else f"{w_mine} against {w_theirs}"
+    return num, den, f"{on}, {level} stream{'s' if level != 1 else ''}", base["arm"][0]
 
 
 def _cells_ratio(f: Finding, arm: str, base: str, level: int | None) -> Figure | None:
@@ -200,17 +213,11 @@ def _cells_ratio(f: Finding, arm: str, base: str, level: int | None) -> Figure |
     def at(name: str) -> pl.DataFrame:
         part = f.cells.filter((pl.col("arm") == name) & (pl.col("concurrency") == level))
         return part.filter(pl.col("step_ms").is_not_null())
-    mine, theirs = at(arm), at(base)
-    shared = sorted(set(mine["workload"].to_list()) & set(theirs["workload"].to_list()))
-    if not shared:
+    got = _steps_ratio(at(arm), at(base), level)
+    if got is None:
         return None
-    w = shared[0]  # the first workload both measured, named
-    num = float(mine.filter(pl.col("workload") == w)["step_ms"].mean())
-    den = float(theirs.filter(pl.col("workload") == w)["step_ms"].mean())
-    if not den:
-        return None
-    return Figure(num / den, f"cells: {num:.3g} ms a step against {base}'s {den:.3g} ms, "
-                             f"{w}, {level} stream{'s' if level != 1 else ''}")
+    num, den, on, _ = got
+    return Figure(num / den, f"cells: {num:.3g} ms a step against {base}'s {den:.3g} ms, {on}")
 
 
 # --------------------------------------------------------------------------- power
