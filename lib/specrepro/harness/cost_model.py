@@ -8,8 +8,9 @@ Design:
   Stored starts are split by the machine that made them (the session's boot id, else its
   hostname, in the order they ran): a profile's (or the machine's) first start there is a first start, the
   others later ones. `start` reads the later ones; the penalty is the median, over the
-  profiles started both ways on one machine, of the first start less the median of the
-  later ones there, else the declared prior. Starts of an unnamed machine count as later.
+  stored first starts, of each less the median of its profile's later starts on that
+  machine, else anywhere (a machine that started the profile once), else the engine's
+  later starts; else the declared prior. Starts of an unnamed machine count as later.
 - A cell (`cell`) is, in this order:
   1. the median wall span of stored ok attempts of the same profile (and draft schedule:
      an arm's overrides change it under the profile's name), workload, level, timing
@@ -124,10 +125,14 @@ class CostModel:
             if id(s) not in firsts:
                 self.starts_by_profile[s.profile].append(s.ready_s)
                 self.starts_by_engine[s.engine].append(s.ready_s)
-        for s in stored.starts:  # a first start beside the same profile's later ones there
-            later = [o.ready_s for o in stored.starts if id(o) not in firsts
-                     and (o.host, o.profile) == (s.host, s.profile)]
-            if id(s) in firsts and later:
+        for s in stored.starts:  # a first start beside the same profile's later ones there,
+            if id(s) not in firsts:  # else beside its later starts elsewhere, else the engine's
+                continue             # (a machine that started the profile once: 2026-12-07)
+            later = ([o.ready_s for o in stored.starts if id(o) not in firsts
+                      and (o.host, o.profile) == (s.host, s.profile)]
+                     or self.starts_by_profile.get(s.profile)
+                     or self.starts_by_engine.get(s.engine))
+            if later:
                 self.first_penalties[s.engine].append(s.ready_s - statistics.median(later))
         self.by_level: dict[tuple, list[StoredCell]] = defaultdict(list)
         self.by_engine: dict[tuple, list[StoredCell]] = defaultdict(list)
@@ -202,7 +207,8 @@ class CostModel:
             label = f"first start {engine}"
             s = statistics.median(pool)
             self.used[label] = (f"measured: median of {len(pool)} first start(s) of a "
-                                f"profile on a machine less its later starts there: +{s:.0f} s")
+                                f"profile on a machine less its later starts (there, else "
+                                f"anywhere, else the engine's): +{s:.0f} s")
             return Estimate(s, self.used[label], True), pri.first_start.per
         est = self.figure(f"first start {engine}", f"engines.{engine}.first_start",
                           pri.first_start)
