@@ -12,6 +12,7 @@ import papermill
 import pytest
 import yaml
 
+from specrepro import findings
 from specrepro.analysis.render import notebooks
 from specrepro.params import NOTEBOOK_IDS, ParamsError
 
@@ -21,7 +22,7 @@ PARAMETERS = {"params_file", "notebook_id", "mode", "results_dir", "overrides", 
 
 @pytest.mark.parametrize("nb", NOTEBOOK_IDS)
 def test_notebook_is_committed_thin_and_without_outputs(nb):
-    path = ROOT / "notebooks" / f"{nb}.ipynb"
+    path = findings.notebook_path(nb)
     book = nbformat.read(path, as_version=4)
     nbformat.validate(book)
     tagged = [c for c in book.cells if "parameters" in c.metadata.get("tags", [])]

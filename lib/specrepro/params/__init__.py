@@ -2,7 +2,8 @@
 
 Design:
 - Three kinds of file: a **Profile** is one engine configuration (`params/profiles/*.yaml`),
-  a **Study** is what one notebook measures (`params/studies/NN_*.yaml`), a **Suite** binds
+  a **Study** is what one finding's notebook measures (`findings/<id>/study.yaml`; a study no
+  notebook renders, such as parity, in `params/studies/`), a **Suite** binds
   every notebook to a study and to one setup's profiles (`params/default.yaml`,
   `params/smoke.yaml`, the GPU suites).
 - Any file may start with `include: [a.yaml, ...]`; includes and overrides deep-merge
@@ -42,6 +43,7 @@ from specrepro.params.resolve import (
     load_profile,
     load_study,
     load_suite,
+    profiles_beside,
     resolve_all,
     resolve_file,
     resolve_study,
@@ -82,6 +84,6 @@ __all__ = [
     "NotebookBinding", "Parallel", "ParamsError", "Plan", "Probe", "Problem", "Profile",
     "ResolvedArm", "ResolvedProbe", "ResolvedStudy", "Sampling", "Skip", "SpeculativeConfig",
     "Step", "Strict", "Study", "Suite", "Workload", "check_notebook_params", "load_profile",
-    "load_study", "load_suite", "read_tree", "resolve_all", "resolve_file", "resolve_study",
-    "standalone_suite", "summarize",
+    "load_study", "load_suite", "profiles_beside", "read_tree", "resolve_all", "resolve_file",
+    "resolve_study", "standalone_suite", "summarize",
 ]

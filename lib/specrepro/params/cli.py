@@ -5,8 +5,8 @@ validated and described.
 Design:
 - The kind is read from the merged tree: `notebooks:` is a suite, `arms:` a study,
   `engine:` (or a file in a `profiles/` folder) a profile. A suite is resolved notebook by
-  notebook (cells and arms listed); a study beside `params/profiles` is resolved against
-  that folder; a profile is loaded.
+  notebook (cells and arms listed); a finding's study, or a study beside `params/profiles`,
+  is resolved against that folder (`resolve.profiles_beside`); a profile is loaded.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from specrepro.params.resolve import (
     load_profile,
     load_study,
     load_suite,
+    profiles_beside,
     resolve_study,
     standalone_suite,
 )
@@ -60,7 +61,7 @@ def summarize(path: Path | str, resolved: Mapping[str, ResolvedStudy] | None = N
         return "\n".join(lines)
     if kind == "study":
         st = load_study(path)
-        profiles = path.parent.parent / "profiles"
+        profiles = profiles_beside(path)
         given = resolved.get(st.notebook) if resolved else None
         resolved = given is not None or (st.notebook in NOTEBOOK_IDS and profiles.is_dir())
         if given is not None:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specrepro import findings
 from specrepro.params.errors import ParamsError, Problem, one_of
 from specrepro.params.schema import NOTEBOOK_IDS, Profile, ResolvedStudy, Suite
 from specrepro.params.study import Arm, Study
@@ -195,6 +196,16 @@ def standalone_suite(study_path: Path | str, notebook_id: str, profiles: Path | 
     return suite
 
 
+def profiles_beside(study_path: Path | str) -> Path:
+    """The profiles folder a study file outside a suite resolves against: a finding's study
+    (findings/<id>/study.yaml) the checkout's params/profiles, another study the `profiles/`
+    folder beside its own folder (params/studies/ -> params/profiles)."""
+    study_path = Path(study_path).resolve()
+    if study_path.parent.parent == findings.FOLDER:
+        return findings.FOLDER.parent / "params" / "profiles"
+    return study_path.parent.parent / "profiles"
+
+
 def resolve_all(suite: Suite) -> dict[str, ResolvedStudy]:
     return {nb: resolve_study(suite, nb) for nb in suite.notebooks}
 
@@ -228,8 +239,7 @@ def check_notebook_params(
 def resolve_file(path: Path | str, notebooks: Sequence[str] = ()
                  ) -> list[tuple[ResolvedStudy, Path, str]]:
     """(study, results dir, run id) for a suite (its notebooks, or the notebooks and
-    studies named) or a study file (its arms' profiles from the `profiles/` folder beside
-    its folder)."""
+    studies named) or a study file (its arms' profiles from `profiles_beside` it)."""
     path = Path(path)
     tree = read_tree(path)
     if "notebooks" in tree.data:
@@ -238,7 +248,7 @@ def resolve_file(path: Path | str, notebooks: Sequence[str] = ()
         return [(resolve_study(suite, nb), suite.results_path, suite.run_id) for nb in chosen]
     if "arms" in tree.data:
         nb = tree.data.get("notebook")
-        profiles = path.resolve().parent.parent / "profiles"
+        profiles = profiles_beside(path)
         suite = standalone_suite(path, nb, profiles)
         return [(resolve_study(suite, nb), path.resolve().parents[2] / "results",
                  suite.run_id)]

@@ -2,9 +2,9 @@
 
 Design:
 - Three kinds of file: a **Profile** is one engine configuration (`params/profiles/*.yaml`),
-  a **Study** is what one notebook measures (`params/studies/NN_*.yaml`), a **Suite** binds
-  every notebook to a study and to one setup's profiles (`params/default.yaml`,
-  `params/smoke.yaml`, the GPU suites).
+  a **Study** is what one finding's notebook measures (`findings/<id>/study.yaml`), a
+  **Suite** binds every notebook to a study and to one setup's profiles
+  (`params/default.yaml`, `params/smoke.yaml`, the GPU suites).
 - The models are pydantic v2 with `extra="forbid"` and strict types (`Strict`, strict.py):
   an unknown key, a string where a number belongs, a draft schedule vLLM would reject, an
   arm naming a missing profile or a baseline naming a missing arm all fail before anything
