@@ -3,11 +3,12 @@ that reads them.
 
 A finding is one folder, `findings/<id>/`: its notebook, its study and its claims entry.
 These tests hold the checkout to the registry (the folders, the study files, the claims and
-the Makefile list the same ids), show that the registry refuses what Make could not read,
-that the claims fail on load naming the finding and the registry when the two disagree, and
-add a stub finding to a copy of the project: its folder, the registry line and the binding of
-the suite that measures it are the whole change, and the Makefile, the params schema, the
-claims, the notebook runner and the index all take it.
+the Makefile list the same ids; every shipped suite binds every finding but those it
+excludes with a reason), show that the registry refuses what Make could not read, that the
+claims fail on load naming the finding and the registry when the two disagree, and add a
+stub finding to a copy of the project: its folder and the registry line are the whole
+change, and the Makefile, every suite (each binds it), the claims, the notebook runner and
+the index all take it.
 """
 
 from __future__ import annotations
@@ -23,15 +24,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specrepro import findings
+from specrepro import findings, params
 from specrepro.analysis.verdict import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 STUB = "09_stub_finding"
-# What adding a finding touches: its folder, the registry line, the binding of the suite
-# that measures it (smoke binds every finding)
-STUB_FILES = {"findings/findings.yaml", *(f"findings/{STUB}/{name}" for name in findings.FILES),
-              "params/smoke.yaml"}
+# What adding a finding touches: its folder and the registry line (every suite binds it)
+STUB_FILES = {"findings/findings.yaml", *(f"findings/{STUB}/{name}" for name in findings.FILES)}
+SUITES = sorted((ROOT / "params").glob("*.yaml"))
 
 
 def make_notebooks(root: Path) -> list[str]:
@@ -56,6 +56,18 @@ def test_every_finding_is_its_folder_and_nothing_else_is():
         assert (study["name"], study["notebook"]) == (nb, nb)  # its store: <results>/<id>/
     assert list(claims.all_claims()) == list(findings.IDS)
     assert not (ROOT / "notebooks").exists()  # the notebooks live in their folders
+
+
+@pytest.mark.parametrize("path", SUITES, ids=lambda p: p.name)
+def test_every_suite_binds_every_finding_it_does_not_exclude_to_its_own_study(path):
+    """A suite says only where a finding differs: none binds a finding to another study
+    file, and one it leaves out is excluded with the reason."""
+    suite = params.load_suite(path)
+    assert suite.binds == "all"
+    assert list(suite.notebooks) == [nb for nb in findings.IDS if nb not in suite.excluded]
+    for nb in suite.notebooks:
+        assert suite.study_path(nb) == findings.study_path(nb), (path.name, nb)
+    assert all(len(why.split()) >= 5 for why in suite.excluded.values()), suite.excluded
 
 
 def test_the_makefile_reads_the_registry():
@@ -126,6 +138,8 @@ CHECKS = textwrap.dedent("""
 
     stub = sys.argv[1]
     assert findings.IDS[-1] == stub and params.NOTEBOOK_IDS == findings.IDS, findings.IDS
+    for path in sorted(Path("params").glob("*.yaml")):  # every suite binds it
+        assert stub in params.load_suite(path).notebooks, path
     study = params.resolve_study(params.load_suite("params/smoke.yaml"), stub)
     assert study.notebook_id == stub and any(True for _ in study.cells())
     assert list(claims.all_claims()) == list(findings.IDS)
@@ -140,7 +154,7 @@ CHECKS = textwrap.dedent("""
 """)
 
 
-def test_a_stub_finding_is_its_folder_its_registry_line_and_a_binding(tmp_path):
+def test_a_stub_finding_is_its_folder_and_its_registry_line(tmp_path):
     root = tmp_path / "project"
     for part in ("lib", "params", "findings"):
         shutil.copytree(ROOT / part, root / part,
@@ -148,10 +162,12 @@ def test_a_stub_finding_is_its_folder_its_registry_line_and_a_binding(tmp_path):
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy2(ROOT / name, root / name)
 
-    # the whole change: one line, a finding's folder copied and renamed, the suite's binding
+    # the whole change: one line, and a finding's folder copied and renamed
     with open(root / "findings/findings.yaml", "a") as fh:
         fh.write(f"- {STUB}\n")
-    template = "07_the_bill"
+    # a finding every suite binds, copied as a new contributor would copy one
+    template = next(nb for nb in reversed(findings.IDS)
+                    if not any(nb in params.load_suite(p).excluded for p in SUITES))
     shutil.copytree(root / "findings" / template, root / "findings" / STUB)
     for name in (findings.NOTEBOOK, findings.STUDY):
         path = root / "findings" / STUB / name
@@ -159,9 +175,6 @@ def test_a_stub_finding_is_its_folder_its_registry_line_and_a_binding(tmp_path):
     path = root / "findings" / STUB / findings.CLAIMS
     entry = yaml.safe_load(path.read_text())
     path.write_text(yaml.safe_dump({**entry, "title": "A stub finding"}, sort_keys=False))
-    with open(root / "params/smoke.yaml", "a") as fh:
-        fh.write(f"\n  {STUB}:\n    study: ../findings/{STUB}/study.yaml\n"
-                 "    overrides: {repeats: 1, concurrency: [1], reasoning_effort: null}\n")
 
     def differs(path: Path) -> bool:
         original = ROOT / path.relative_to(root)

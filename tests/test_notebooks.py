@@ -49,8 +49,6 @@ def test_an_unknown_notebook_parameter_fails_before_anything_runs():
 def portable_smoke(tmp_path: Path, **changes) -> Path:
     """params/smoke.yaml copied to tmp_path with its relative paths made absolute."""
     suite = yaml.safe_load((ROOT / "params" / "smoke.yaml").read_text())
-    for binding in suite["notebooks"].values():
-        binding["study"] = str(ROOT / "params" / binding["study"])
     suite["profiles"] = str(ROOT / "params" / "profiles")
     suite["results_dir"] = str(tmp_path / "results")
     suite.update(changes)
@@ -62,7 +60,8 @@ def portable_smoke(tmp_path: Path, **changes) -> Path:
 def test_a_params_file_with_an_unknown_key_fails_before_anything_runs(tmp_path):
     bad = portable_smoke(tmp_path)
     suite = yaml.safe_load(bad.read_text())
-    suite["notebooks"]["07_the_bill"]["overrides"]["concurrencies"] = [1]
+    suite["notebooks"].setdefault("07_the_bill", {}).setdefault("overrides", {})[
+        "concurrencies"] = [1]
     bad.write_text(yaml.safe_dump(suite))
     reports = tmp_path / "reports"
     with pytest.raises(ParamsError, match="concurrencies"):

@@ -5,14 +5,12 @@ Design:
   (`study.yaml`) and its claims entry (`claims.yaml`), the three named by the folder, never
   by a list elsewhere. The ids are listed once, in `findings/findings.yaml`, in the order the
   index shows them; everything that needs the list reads it: the Makefile's `NOTEBOOKS`,
-  `params.NOTEBOOK_IDS` (the keys a suite's `notebooks:` may bind),
+  `params.NOTEBOOK_IDS` (the findings every suite binds unless it excludes one),
   the claims (`analysis/verdict/claims.py`: a claims file for every finding), the index
   (`analysis/render/report.py`, a row per finding).
-- A suite binds any subset, each finding to its folder's study (`study:
-  ../findings/<id>/study.yaml`): a finding it leaves out is one that setup does not measure
-  (the GB10 suite's documented skips); the index still gives it a row that says it was not
-  executed. `make all` renders every finding, so the suites it runs (default, smoke) bind
-  them all; a suite with skips runs by name (`make nb NB=<id>`, `specrepro run`).
+- Every suite binds every finding by default (params/schema.py, `Suite`): a suite says only
+  where its sizes, arms or profiles differ, or excludes a finding with a reason. `make all`
+  renders every finding on the suite it runs (default, smoke: neither excludes any).
 - Plain lines rather than any YAML: Make reads the registry with sed, so this module reads
   it the same way (`- <id>` at the start of a line, `#` comments) and refuses anything else,
   naming the line; then both see the same list. It is still valid YAML (a list of strings).

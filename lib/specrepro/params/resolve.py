@@ -2,7 +2,9 @@
 
 Design:
 - `load_profile` / `load_study` / `load_suite(path)` read a file with its includes merged
-  and validate it; a profile's `name` defaults to its file's stem.
+  and validate it; a profile's `name` defaults to its file's stem. A suite binds every
+  finding it does not exclude (`Suite.bind_every_finding`), each to its own study
+  (`findings/<id>/study.yaml`) unless its binding names another file.
 - `resolve_study(suite, notebook_id, overrides=None)` gives the study one notebook runs:
   the suite's overrides for that notebook merged into the study file (then a notebook's
   own `overrides` parameter on top), the suite's profile map applied (a notebook's own map
@@ -52,6 +54,7 @@ def load_suite(path: Path | str) -> Suite:
     suite = validate(Suite, tree)
     suite._path = path.resolve()
     suite._tree = tree
+    suite.bind_every_finding()
     for nb in [*suite.notebooks, *suite.studies]:
         if not suite.study_path(nb).is_file():
             file, key = located(tree, (suite.section(nb), nb, "study"))
@@ -186,6 +189,7 @@ def standalone_suite(study_path: Path | str, notebook_id: str, profiles: Path | 
     data = {
         "name": "standalone",
         "run_id": "standalone",
+        "binds": "listed",
         "profiles": str(Path(profiles).resolve()),
         "notebooks": {},
         section: {notebook_id: {"study": str(study_path)}},
@@ -194,6 +198,11 @@ def standalone_suite(study_path: Path | str, notebook_id: str, profiles: Path | 
     suite._path = study_path
     suite._tree = Tree(data, Provenance.of_file(display_file(study_path)))
     return suite
+
+
+def is_suite(data: Mapping) -> bool:
+    """Whether a params file's merged keys are a suite's (a study has `arms:`)."""
+    return "notebooks" in data or "run_id" in data
 
 
 def profiles_beside(study_path: Path | str) -> Path:
@@ -242,7 +251,7 @@ def resolve_file(path: Path | str, notebooks: Sequence[str] = ()
     studies named) or a study file (its arms' profiles from `profiles_beside` it)."""
     path = Path(path)
     tree = read_tree(path)
-    if "notebooks" in tree.data:
+    if is_suite(tree.data):
         suite = load_suite(path)
         chosen = list(notebooks) or list(suite.notebooks)
         return [(resolve_study(suite, nb), suite.results_path, suite.run_id) for nb in chosen]
