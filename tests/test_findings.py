@@ -7,8 +7,8 @@ the Makefile list the same ids; every shipped suite binds every finding but thos
 excludes with a reason), show that the registry refuses what Make could not read, that the
 claims fail on load naming the finding and the registry when the two disagree, and add a
 stub finding to a copy of the project: its folder and the registry line are the whole
-change, and the Makefile, every suite (each binds it), the claims, the notebook runner and
-the index all take it.
+change, and the Makefile, every suite, the claims, the notebook runner and the index all
+take it.
 """
 
 from __future__ import annotations
@@ -138,10 +138,11 @@ CHECKS = textwrap.dedent("""
 
     stub = sys.argv[1]
     assert findings.IDS[-1] == stub and params.NOTEBOOK_IDS == findings.IDS, findings.IDS
-    for path in sorted(Path("params").glob("*.yaml")):  # every suite binds it
-        assert stub in params.load_suite(path).notebooks, path
-    study = params.resolve_study(params.load_suite("params/smoke.yaml"), stub)
-    assert study.notebook_id == stub and any(True for _ in study.cells())
+    for path in sorted(Path("params").glob("*.yaml")):  # every suite binds it, and resolves it
+        study = params.resolve_study(params.load_suite(path), stub)
+        assert study.notebook_id == stub and any(True for _ in study.cells()), path
+    smoke = params.resolve_study(params.load_suite("params/smoke.yaml"), stub)
+    assert max(smoke.concurrency) <= 2 and all(w.n <= 4 for w in smoke.workloads)  # its sizes
     assert list(claims.all_claims()) == list(findings.IDS)
     assert claims.claims_for(stub).title == "A stub finding"
     notebooks.check(stub, {"params_file": "params/smoke.yaml", "notebook_id": stub,

@@ -219,6 +219,59 @@ def test_an_excluded_finding_is_not_bound_too_and_says_why(tmp_path: Path):
     assert "excluded: expected none with `binds: listed`" in error_of(params.load_suite, path)
 
 
+def test_a_suites_defaults_reach_every_findings_study_before_its_own_overrides(tmp_path: Path):
+    first, second, *_ = params.NOTEBOOK_IDS
+    path = suite_of_every_finding(tmp_path, f"""
+        defaults:
+          repeats: 1
+          workloads: {{n: 2, max_tokens: 16}}
+        notebooks:
+          {second}: {{overrides: {{repeats: 2, seeds: [1, 2]}}}}
+    """)
+    suite = params.load_suite(path)
+    own = params.load_study(suite.study_path(first))
+    one = params.resolve_study(suite, first)
+    assert one.repeats == 1 and [(w.name, w.n, w.max_tokens) for w in one.workloads] == [
+        (w.name, 2, 16) for w in own.workloads]
+    assert [w.form for w in one.workloads] == [w.form for w in own.workloads]  # not said: kept
+    assert params.resolve_study(suite, second).repeats == 2  # its own override wins
+    write(path, path.read_text().replace("repeats: 1\n", "repeats: 0\n", 1))
+    msg = error_of(params.resolve_study, params.load_suite(path), first)
+    assert "suite.yaml: defaults.repeats: " in msg  # located in the suite that set it
+
+
+def test_a_suites_defaults_take_sizes_and_settings_only(tmp_path: Path):
+    path = suite_of_every_finding(tmp_path, """
+        defaults:
+          arms: []
+          workloads: {name: essays}
+    """)
+    msg = error_of(params.load_suite, path)
+    assert "suite.yaml: defaults.arms: expected one of workloads, concurrency" in msg
+    assert "defaults.workloads.name: expected one of n, form, shots, max_tokens, stop" in msg
+    write(path, path.read_text().replace("arms: []\n", "").replace(
+        "workloads: {name: essays}", "workloads: [{name: essays}]"))
+    assert "defaults.workloads: expected a mapping merged into each workload" in error_of(
+        params.load_suite, path)
+
+
+def test_a_profile_map_entry_derives_the_arm_with_its_overrides(tree: Path):
+    write(tree / "suite.yaml", SUITE + textwrap.dedent("""
+        profile_map:
+          p: {profile: p, overrides: {port: 8101, speculative: {num_speculative_tokens: 3}}}
+    """))
+    suite = params.load_suite(tree / "suite.yaml")
+    a, b = params.resolve_study(suite, "01_drafter_block_sweep").arms
+    # the map's overrides first, then the arm's own: b keeps its 5 drafts
+    assert (a.resolved.port, a.resolved.speculative.num_speculative_tokens) == (8101, 3)
+    assert (b.resolved.port, b.resolved.speculative.num_speculative_tokens) == (8101, 5)
+    assert a.resolved.name == "p" and a.overrides == {}  # the arm as the study declares it
+    write(tree / "suite.yaml", (tree / "suite.yaml").read_text().replace("8101", "eighty"))
+    msg = error_of(params.resolve_study, params.load_suite(tree / "suite.yaml"),
+                   "01_drafter_block_sweep")
+    assert "suite.yaml: profile_map.p.overrides.port: expected" in msg
+
+
 def test_a_findings_own_study_resolves_against_the_projects_profiles():
     from specrepro import findings
 

@@ -54,6 +54,7 @@ from specrepro.params.schema import (
     NOTEBOOK_IDS,
     DrafterRef,
     Hardware,
+    MappedProfile,
     ModelRef,
     NotebookBinding,
     Parallel,
@@ -82,7 +83,7 @@ from specrepro.params.tree import read_tree
 
 __all__ = [
     "GATE_OPS", "NOTEBOOK_IDS", "WORKLOADS", "Arm", "ByStreams", "Cell", "DrafterRef",
-    "EnginePriors", "Export", "Figure", "FirstStart", "Gate", "Hardware",
+    "EnginePriors", "Export", "Figure", "FirstStart", "Gate", "Hardware", "MappedProfile",
     "ModelRef", "NotebookBinding", "Parallel", "ParamsError", "Plan", "Probe", "Problem",
     "Profile", "ResolvedArm", "ResolvedProbe", "ResolvedStudy", "Sampling", "Skip",
     "SpeculativeConfig", "Step", "Strict", "Study", "StudyBinding", "Suite", "Workload",

@@ -5,10 +5,12 @@ Design:
   a **Study** is what one finding's notebook measures (`findings/<id>/study.yaml`), a
   **Suite** binds every finding to its study and to one setup's profiles and sizes
   (`params/default.yaml`, `params/smoke.yaml`, the GPU suites).
-- A suite binds every finding of the registry (specrepro/findings.py) by default, each to
-  its own study, and says only what differs on its setup: under `notebooks:` a finding's
-  own `overrides` and `profiles`; `excluded` leaves a finding out, with the reason.
-  `binds: listed` (a test's or an experiment's suite) binds only the findings under
+- A suite binds every finding of the registry (specrepro/findings.py) by default, and says
+  only what differs on its setup: `defaults` (sizes and measurement settings for every
+  finding's study), `profile_map` (the setup's profile for a profile the studies name,
+  optionally with overrides: how the setup derives an arm), `window`, and under `notebooks:`
+  a finding's own `overrides` and `profiles`; `excluded` leaves a finding out, with the
+  reason. `binds: listed` (a test's or an experiment's suite) binds only the findings under
   `notebooks:`. Every shipped suite binds all (tests/test_findings.py).
 - The models are pydantic v2 with `extra="forbid"` and strict types (`Strict`, strict.py):
   an unknown key, a string where a number belongs, a draft schedule vLLM would reject, an
@@ -265,13 +267,32 @@ def _located(tree: Tree | None, path: tuple, fallback: str) -> tuple[str, str]:
 
 NOTEBOOK_IDS = findings.IDS  # the findings a suite binds (all but those it excludes)
 
+# The study keys a suite's `defaults:` may set for every finding it binds: sizes and
+# measurement settings, never what names the finding's arms, workloads or gates. Its
+# `workloads` is a mapping merged into each workload of the study (these keys only).
+DEFAULTS_KEYS = ("workloads", "concurrency", "sampling", "repeats", "seeds", "seed", "warmup",
+                 "ignore_eos", "thinking", "reasoning_effort", "interleave", "placement")
+DEFAULTS_WORKLOAD_KEYS = ("n", "form", "shots", "max_tokens", "stop")
+
+
+class MappedProfile(Strict):
+    """This setup's profile for one the studies name, with the overrides that derive the
+    arm from it (merged into the profile before the arm's own overrides)."""
+
+    profile: str
+    overrides: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+ProfileRef = str | MappedProfile  # a profile's name, or a profile with overrides
+
+
 class NotebookBinding(Strict):
     """A finding as a suite binds it: its own study (`findings/<id>/study.yaml`) unless
     `study` names another file, with this suite's overrides and profile map for it."""
 
     study: str | None = None  # a study file, relative to the suite file; None: the finding's
     overrides: dict[str, JsonValue] = Field(default_factory=dict)
-    profiles: dict[str, str] = Field(default_factory=dict)  # study arm profile -> this setup's
+    profiles: dict[str, ProfileRef] = Field(default_factory=dict)  # study's profile -> this setup's
 
 
 class StudyBinding(NotebookBinding):
@@ -288,15 +309,18 @@ class Suite(Strict):
     results_dir: str = "../results"  # relative to the suite file
     run_id: FolderName  # each store is <results_dir>/<study>/<run_id>/
     profiles: str = "profiles"  # directory of profile files, relative to the suite file
-    profile_map: dict[str, str] = Field(default_factory=dict)  # for every notebook
+    profile_map: dict[str, ProfileRef] = Field(default_factory=dict)  # for every study
     # The findings whose binding says something (overrides, profiles); every other finding
-    # is bound as its study stands (unless `binds: listed`)
+    # is bound as its study stands, with `defaults` (unless `binds: listed`)
     notebooks: dict[Literal[NOTEBOOK_IDS], NotebookBinding] = Field(  # type: ignore[valid-type]
         default_factory=dict)
     # A finding this setup does not measure -> why (shown by `specrepro check`, the plan)
     excluded: dict[Literal[NOTEBOOK_IDS], str] = Field(  # type: ignore[valid-type]
         default_factory=dict)
     binds: Literal["all", "listed"] = "all"  # every finding (but the excluded), or the listed
+    # Study keys for every finding's study on this setup, before its own overrides
+    # (DEFAULTS_KEYS; `workloads`: merged into each workload)
+    defaults: dict[str, JsonValue] = Field(default_factory=dict)
     substrate: Substrate | None = None  # what its numbers are measured on
     # its studies' windows sized for this substrate, or null: none (resolve._suite_window)
     window: dict[str, JsonValue] | None = None
@@ -358,9 +382,26 @@ class Suite(Strict):
         if self.binds == "listed" and self.excluded:
             out.append((("excluded",), "expected none with `binds: listed` (it binds only the "
                                        "findings under notebooks:)"))
+        out += _defaults_checks(self.defaults)
         if self.plan is not None:
             ids = [*self.notebooks, *self.studies]
             out += [(("plan", *p), m)
                     for p, m in [*self.plan.cross_checks(), *self.plan.order_checks(ids)]]
         return out
 
+
+def _defaults_checks(defaults: dict) -> list[tuple[tuple, str]]:
+    """`defaults:` sets only DEFAULTS_KEYS, its `workloads` a mapping of the keys a workload
+    may take from a suite (their values are checked in each study, located here)."""
+    out = [(("defaults", key), f"expected one of {', '.join(DEFAULTS_KEYS)} (a suite's "
+                               f"defaults for every finding's study), found {key!r}")
+           for key in defaults if key not in DEFAULTS_KEYS]
+    loads = defaults.get("workloads")
+    if loads is not None and not isinstance(loads, dict):
+        out.append((("defaults", "workloads"), "expected a mapping merged into each workload of "
+                                               f"a study (e.g. {{n: 8}}), found {loads!r}"))
+    elif loads:
+        out += [(("defaults", "workloads", key), f"expected one of "
+                 f"{', '.join(DEFAULTS_WORKLOAD_KEYS)}, found {key!r}")
+                for key in loads if key not in DEFAULTS_WORKLOAD_KEYS]
+    return out
