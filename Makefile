@@ -62,13 +62,14 @@ browser:
 
 # --- the notebooks -------------------------------------------------------------------
 # `make all` runs every notebook on $(PARAMS) (a suite) and writes figures/, results/,
-# reports/<nb>.html and reports/index.html. A notebook re-runs only when one of its
-# inputs changed (the notebook, any params file, the package's code and data, its
+# reports/<nb>.html and reports/index.html. A finding is its folder, findings/<nb>/ (its
+# notebook.ipynb, study.yaml and claims.yaml). A notebook re-runs only when one of its
+# inputs changed (its folder's files, any params file, the package's code and data, its
 # study's stored results in this suite's results folder: another suite's, a smoke run's say,
 # are not its inputs); it then replays stored cells and measures only missing ones.
 # FRESH=1 measures every cell again. `make nb NB=<id>` runs one notebook regardless.
 # The findings, in order, from their one registry (lib/specrepro/findings.py reads it alike).
-NOTEBOOKS := $(shell sed -n 's/^- \([A-Za-z0-9][A-Za-z0-9_.-]*\).*/\1/p' lib/specrepro/findings.yaml)
+NOTEBOOKS := $(shell sed -n 's/^- \([A-Za-z0-9][A-Za-z0-9_.-]*\).*/\1/p' findings/findings.yaml)
 SUITE := $(basename $(notdir $(PARAMS)))
 MODE := $(if $(FRESH),run,auto)
 # The default suite's figures are the committed ones; other suites write beside them.
@@ -79,7 +80,8 @@ NB_STAMPS := .stamps/$(SUITE)
 # it names none, as params/schema.py reads it); a study's stores are <results>/<study = nb>/.
 SUITE_RESULTS := $(abspath $(dir $(PARAMS))$(or $(shell sed -n 's/^results_dir:[[:space:]]*\([^[:space:]\#]*\).*/\1/p' $(PARAMS) 2>/dev/null),../results))
 LIB_FILES := $(shell find lib/specrepro -name '*.py' -o -name '*.yaml' -o -name '*.csv')
-PARAM_FILES := $(wildcard params/*.yaml params/studies/*.yaml params/profiles/*.yaml)
+PARAM_FILES := $(wildcard params/*.yaml params/studies/*.yaml params/profiles/*.yaml) \
+	findings/findings.yaml
 RUN_NB = $(PY) -m specrepro.analysis.render.notebooks run --params $(PARAMS) --mode $(MODE) \
 	--figures-dir $(FIGURES) --reports-dir $(REPORTS)
 
@@ -111,7 +113,8 @@ $(NVFP4): $(wildcard models/embedded/*.safetensors models/embedded/*.json) \
 	$(PY) -m specrepro.cli export-nvfp4 --out build/nvfp4-target
 	@touch $@
 
-$(NB_STAMPS)/%.done: notebooks/%.ipynb $(PARAM_FILES) $(LIB_FILES) $(STAMP) $(DRAFTERS) $(NVFP4) \
+$(NB_STAMPS)/%.done: findings/%/notebook.ipynb findings/%/study.yaml findings/%/claims.yaml \
+		$(PARAM_FILES) $(LIB_FILES) $(STAMP) $(DRAFTERS) $(NVFP4) \
 		$$(shell find $(SUITE_RESULTS)/$$* -name '*.parquet' 2>/dev/null) \
 		$(if $(FRESH),FORCE)
 	@echo "$*: running ($(MODE), $(PARAMS))"

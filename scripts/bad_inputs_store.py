@@ -282,13 +282,14 @@ CASES: list[Case] = [
 
 
 def write_suite(case: Path, c: Case) -> Path:
-    nb = json.loads(json.dumps(SMOKE["notebooks"][STUDY]).replace("{case}", str(case)))
-    nb["study"] = str(REPO / "params" / nb["study"])
+    # the smoke suite's binding of the study (its own study file, the suite's defaults)
+    nb = json.loads(json.dumps(SMOKE.get("notebooks", {}).get(STUDY, {}))
+                    .replace("{case}", str(case)))
     nb["overrides"] = {**nb.get("overrides", {}), "arms": ARMS,
                        **json.loads(json.dumps(c.overrides).replace("{case}", str(case)))}
     suite = {k: v for k, v in SMOKE.items() if k != "notebooks"}
     suite.update(profiles=str(REPO / "params" / "profiles"), results_dir="../results",
-                 notebooks={STUDY: nb}, **c.suite)
+                 binds="listed", notebooks={STUDY: nb}, **c.suite)
     path = case / "params" / "suite.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(suite, sort_keys=False).replace("'1e12'", "1e12")

@@ -193,7 +193,8 @@ def test_the_crossing_arm_is_the_one_the_claims_say_crosses_not_a_method_or_draf
     assert figures_load.crossing_arm(f, moved("static-k5")) == "static-k5"
     assert figures_load.crossing_arm(f, moved(None)) is None
     with pytest.raises(claims_mod.ClaimsError,
-                       match=r"06_draft_schedule_under_load: .*'static-k5', 'static-k7'.* one"):
+                       match=r"06_draft_schedule_under_load/claims.yaml: "
+                             r".*'static-k5', 'static-k7'.* one"):
         figures_load.crossing_arm(f, moved("static-k7", also="static-k5"))
 
 
@@ -352,7 +353,8 @@ def test_a_quoted_source_must_be_published_and_untestable_everywhere():
     u = claims_mod._untestable("nb", 0, {"claim": "c", "why": "w", "sources": ["text: a sentence"]},
                                known)
     assert u.sources == ("text: a sentence",)
-    with pytest.raises(claims_mod.ClaimsError, match=r"nb.cannot_test\[0\].sources: no published"):
+    with pytest.raises(claims_mod.ClaimsError,
+                       match=r"nb/claims.yaml: cannot_test\[0\].sources: no published"):
         claims_mod._untestable("nb", 0, {"claim": "c", "why": "w", "sources": ["text: typo"]},
                                known)
     with pytest.raises(claims_mod.ClaimsError, match="untestable on every substrate"):

@@ -307,6 +307,7 @@ concurrency: [1]
 SUITE = """\
 name: t
 run_id: r
+binds: listed
 notebooks:
   01_drafter_block_sweep: {study: studies/01.yaml}
 """

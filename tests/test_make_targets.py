@@ -27,9 +27,10 @@ def checkout(tmp_path: Path) -> Path:
     venv, the exports and notebook NB's default-suite stamp dated 2000 s (up to date)."""
     repo = tmp_path / "repo"
     files = {"Makefile": (ROOT / "Makefile").read_text(),
-             "pyproject.toml": "", "lib/specrepro/findings.yaml": f"- {NB}: the sweep\n",
+             "pyproject.toml": "", "findings/findings.yaml": f"- {NB}: the sweep\n",
              "lib/specrepro/tools/export/drafters.py": "", "lib/specrepro/tools/export/nvfp4.py": "",
-             f"notebooks/{NB}.ipynb": "{}",
+             f"findings/{NB}/notebook.ipynb": "{}", f"findings/{NB}/study.yaml": "",
+             f"findings/{NB}/claims.yaml": "",
              "params/default.yaml": "results_dir: ../results/default  # the committed store\n",
              "params/smoke.yaml": "results_dir: ../results/smoke\n"}
     for rel, text in files.items():

@@ -101,7 +101,8 @@ def run_browser(tmp_path: Path, ci: str, **stand_in) -> tuple[subprocess.Complet
     repo.mkdir(exist_ok=True)
     shutil.copy(ROOT / "Makefile", repo / "Makefile")
     (repo / "lib" / "specrepro").mkdir(parents=True, exist_ok=True)
-    (repo / "lib" / "specrepro" / "findings.yaml").write_text("")  # the Makefile reads it
+    (repo / "findings").mkdir(parents=True, exist_ok=True)
+    (repo / "findings" / "findings.yaml").write_text("")  # the Makefile reads it
     tools = stand_ins(tmp_path / "bin", **stand_in)
     env = {"PATH": str(tools), "HOME": "/nonexistent", "CI": ci}
     done = subprocess.run([shutil.which("make"), "-s", "browser"], cwd=repo, env=env,

@@ -12,6 +12,7 @@ import papermill
 import pytest
 import yaml
 
+from specrepro import findings
 from specrepro.analysis.render import notebooks
 from specrepro.params import NOTEBOOK_IDS, ParamsError
 
@@ -21,7 +22,7 @@ PARAMETERS = {"params_file", "notebook_id", "mode", "results_dir", "overrides", 
 
 @pytest.mark.parametrize("nb", NOTEBOOK_IDS)
 def test_notebook_is_committed_thin_and_without_outputs(nb):
-    path = ROOT / "notebooks" / f"{nb}.ipynb"
+    path = findings.notebook_path(nb)
     book = nbformat.read(path, as_version=4)
     nbformat.validate(book)
     tagged = [c for c in book.cells if "parameters" in c.metadata.get("tags", [])]
@@ -48,8 +49,6 @@ def test_an_unknown_notebook_parameter_fails_before_anything_runs():
 def portable_smoke(tmp_path: Path, **changes) -> Path:
     """params/smoke.yaml copied to tmp_path with its relative paths made absolute."""
     suite = yaml.safe_load((ROOT / "params" / "smoke.yaml").read_text())
-    for binding in suite["notebooks"].values():
-        binding["study"] = str(ROOT / "params" / binding["study"])
     suite["profiles"] = str(ROOT / "params" / "profiles")
     suite["results_dir"] = str(tmp_path / "results")
     suite.update(changes)
@@ -61,7 +60,8 @@ def portable_smoke(tmp_path: Path, **changes) -> Path:
 def test_a_params_file_with_an_unknown_key_fails_before_anything_runs(tmp_path):
     bad = portable_smoke(tmp_path)
     suite = yaml.safe_load(bad.read_text())
-    suite["notebooks"]["07_the_bill"]["overrides"]["concurrencies"] = [1]
+    suite["notebooks"].setdefault("07_the_bill", {}).setdefault("overrides", {})[
+        "concurrencies"] = [1]
     bad.write_text(yaml.safe_dump(suite))
     reports = tmp_path / "reports"
     with pytest.raises(ParamsError, match="concurrencies"):

@@ -40,6 +40,7 @@ SUITE = """
 name: t
 run_id: r
 results_dir: results
+binds: listed
 notebooks:
   01_drafter_block_sweep:
     study: studies/01.yaml
@@ -178,6 +179,107 @@ def test_unknown_notebook_id_in_suite(tree: Path):
     msg = error_of(params.load_suite, tree / "suite.yaml")
     assert "suite.yaml: notebooks.01_drafter_sweep: expected" in msg
     assert "'01_drafter_block_sweep'" in msg
+
+
+# ------------------------------------------- every finding bound, and what a suite says of it
+
+
+def suite_of_every_finding(tmp_path: Path, body: str = "") -> Path:
+    """A suite binding every finding of the registry as its study stands (the project's
+    profiles), plus `body`."""
+    head = f"name: t\nrun_id: r\nresults_dir: results\nprofiles: {PARAMS / 'profiles'}\n"
+    return write(tmp_path / "suite.yaml", head + textwrap.dedent(body))
+
+
+def test_a_suite_binds_every_finding_to_its_own_study_but_those_it_excludes(tmp_path: Path):
+    from specrepro import findings
+
+    *kept, left = params.NOTEBOOK_IDS
+    path = suite_of_every_finding(tmp_path, f"excluded: {{{left}: not measured on this setup}}\n")
+    suite = params.load_suite(path)  # no `notebooks:`: still a suite (its run_id says so)
+    assert list(suite.notebooks) == kept and suite.excluded == {left: "not measured on this setup"}
+    assert all(suite.study_path(nb) == findings.study_path(nb) for nb in kept)
+    assert [st.notebook for st, _, _ in params.resolve_file(path)] == kept
+    assert "excluded (not measured on this setup)" in params.summarize(path)
+    with pytest.raises(ParamsError, match="a notebook or study id"):
+        params.resolve_study(suite, left)
+
+
+def test_an_excluded_finding_is_not_bound_too_and_says_why(tmp_path: Path):
+    nb = params.NOTEBOOK_IDS[0]
+    path = suite_of_every_finding(tmp_path, f"excluded: {{{nb}: a reason}}\n"
+                                            f"notebooks: {{{nb}: {{overrides: {{repeats: 1}}}}}}\n")
+    msg = error_of(params.load_suite, path)
+    assert f"suite.yaml: excluded.{nb}: expected a finding not bound under notebooks:" in msg
+    write(path, path.read_text().split("excluded:")[0] + f"excluded: {{{nb}: ''}}\n")
+    assert f"excluded.{nb}: expected the reason, in words, found none" in error_of(
+        params.load_suite, path)
+    write(path, path.read_text().split("excluded:")[0]
+          + f"binds: listed\nexcluded: {{{nb}: a reason}}\n")
+    assert "excluded: expected none with `binds: listed`" in error_of(params.load_suite, path)
+
+
+def test_a_suites_defaults_reach_every_findings_study_before_its_own_overrides(tmp_path: Path):
+    first, second, *_ = params.NOTEBOOK_IDS
+    path = suite_of_every_finding(tmp_path, f"""
+        defaults:
+          repeats: 1
+          workloads: {{n: 2, max_tokens: 16}}
+        notebooks:
+          {second}: {{overrides: {{repeats: 2, seeds: [1, 2]}}}}
+    """)
+    suite = params.load_suite(path)
+    own = params.load_study(suite.study_path(first))
+    one = params.resolve_study(suite, first)
+    assert one.repeats == 1 and [(w.name, w.n, w.max_tokens) for w in one.workloads] == [
+        (w.name, 2, 16) for w in own.workloads]
+    assert [w.form for w in one.workloads] == [w.form for w in own.workloads]  # not said: kept
+    assert params.resolve_study(suite, second).repeats == 2  # its own override wins
+    write(path, path.read_text().replace("repeats: 1\n", "repeats: 0\n", 1))
+    msg = error_of(params.resolve_study, params.load_suite(path), first)
+    assert "suite.yaml: defaults.repeats: " in msg  # located in the suite that set it
+
+
+def test_a_suites_defaults_take_sizes_and_settings_only(tmp_path: Path):
+    path = suite_of_every_finding(tmp_path, """
+        defaults:
+          arms: []
+          workloads: {name: essays}
+    """)
+    msg = error_of(params.load_suite, path)
+    assert "suite.yaml: defaults.arms: expected one of workloads, concurrency" in msg
+    assert "defaults.workloads.name: expected one of n, form, shots, max_tokens, stop" in msg
+    write(path, path.read_text().replace("arms: []\n", "").replace(
+        "workloads: {name: essays}", "workloads: [{name: essays}]"))
+    assert "defaults.workloads: expected a mapping merged into each workload" in error_of(
+        params.load_suite, path)
+
+
+def test_a_profile_map_entry_derives_the_arm_with_its_overrides(tree: Path):
+    write(tree / "suite.yaml", SUITE + textwrap.dedent("""
+        profile_map:
+          p: {profile: p, overrides: {port: 8101, speculative: {num_speculative_tokens: 3}}}
+    """))
+    suite = params.load_suite(tree / "suite.yaml")
+    a, b = params.resolve_study(suite, "01_drafter_block_sweep").arms
+    # the map's overrides first, then the arm's own: b keeps its 5 drafts
+    assert (a.resolved.port, a.resolved.speculative.num_speculative_tokens) == (8101, 3)
+    assert (b.resolved.port, b.resolved.speculative.num_speculative_tokens) == (8101, 5)
+    assert a.resolved.name == "p" and a.overrides == {}  # the arm as the study declares it
+    write(tree / "suite.yaml", (tree / "suite.yaml").read_text().replace("8101", "eighty"))
+    msg = error_of(params.resolve_study, params.load_suite(tree / "suite.yaml"),
+                   "01_drafter_block_sweep")
+    assert "suite.yaml: profile_map.p.overrides.port: expected" in msg
+
+
+def test_a_findings_own_study_resolves_against_the_projects_profiles():
+    from specrepro import findings
+
+    nb = params.NOTEBOOK_IDS[0]
+    assert params.profiles_beside(findings.study_path(nb)) == PARAMS / "profiles"
+    (study, results, run_id), = params.resolve_file(findings.study_path(nb))
+    assert study.notebook_id == nb and results == ROOT / "results" and run_id == "standalone"
+    assert "profiles not resolved" not in params.summarize(findings.study_path(nb))
 
 
 def test_suite_override_error_points_at_the_suite(tree: Path):
@@ -555,14 +657,21 @@ def test_h200_quantized_arms_render_their_precision_and_nothing_else(name, targe
         assert p.model == base.model
 
 
+def bound(suite: params.Suite) -> list[str]:
+    """The findings a suite binds, read from the registry: all but those it excludes."""
+    return [nb for nb in params.NOTEBOOK_IDS if nb not in suite.excluded]
+
+
+def subset(measured: dict, expected: dict) -> dict:
+    """`measured` for the findings `expected` names (a finding added later has its own)."""
+    return {nb: measured[nb] for nb in expected}
+
+
 def test_the_h200_engines_suite_binds_every_notebook_and_its_studies():
     suite = params.load_suite(PARAMS / "h200-engines.yaml")
     assert suite.results_path == (ROOT / "results" / "h200-engines").resolve()
     studies = params.resolve_all(suite)
-    assert list(studies) == ["01_drafter_block_sweep", "02_temperature_spread",
-                             "03_target_precision", "04_engine_comparison",
-                             "05_fp8_drafter_gates", "06_draft_schedule_under_load",
-                             "07_the_bill"]
+    assert list(studies) == bound(suite)
     # 04: vLLM (engine A) against SGLang (engine B), the same block drafter at 7 drafts, each
     # with its no-speculation row; the vLLM arms on other notebooks' profiles unchanged
     st = studies.pop("04_engine_comparison")
@@ -676,9 +785,9 @@ def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
     for busy in suite.substrate.busy.values():
         assert (ROOT / busy.source).is_file(), busy.source
     studies = params.resolve_all(suite)
-    # every finding but the step-cost one (08 reads the stand-in's stored cells itself; its
-    # own cells are the CPU suite's: the suite's description says so)
-    assert list(studies) == [nb for nb in params.NOTEBOOK_IDS if nb != "08_step_cost"]
+    # every finding but those it excludes (the step-cost one reads the stand-in's stored
+    # cells itself; its own cells are the CPU suite's: `excluded:` says so)
+    assert list(studies) == bound(suite) and suite.excluded
     for nb, st in studies.items():
         for a in st.arms:
             p = a.resolved
@@ -703,11 +812,12 @@ def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
     assert set(engines.pop("05_fp8_drafter_gates").values()) == {"sglang"}
     assert all(set(e.values()) == {"vllm"} for e in engines.values())
     levels = {nb: st.concurrency for nb, st in studies.items()}
-    assert levels == {"01_drafter_block_sweep": [1, 2, 4, 8, 16, 32, 64, 128],
+    LEVELS = {"01_drafter_block_sweep": [1, 2, 4, 8, 16, 32, 64, 128],
                       "02_temperature_spread": [1], "03_target_precision": [1, 8],
                       "04_engine_comparison": [1, 8], "05_fp8_drafter_gates": [1, 8, 32],
                       "06_draft_schedule_under_load": [1, 8, 32, 64, 128],
                       "07_the_bill": [1, 8, 32, 128]}
+    assert subset(levels, LEVELS) == LEVELS
     temperatures = {nb: [s.temperature for s in st.sampling] for nb, st in studies.items()}
     assert temperatures.pop("01_drafter_block_sweep") == [0.7]  # article A's
     assert temperatures.pop("02_temperature_spread") == [0.7, 1.0]
@@ -716,19 +826,27 @@ def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
     # one round, and A/A twins of two arms at the lowest and the highest level (03: the
     # BF16 arm's essays; 04: every arm at one stream, where its checks are; 05: both arms
     # at the gates' 1 and 32 streams)
-    assert cells == {"01_drafter_block_sweep": 4 * 8 + 2 * 2, "02_temperature_spread": 4 * 2 * 4,
+    CELLS = {"01_drafter_block_sweep": 4 * 8 + 2 * 2, "02_temperature_spread": 4 * 2 * 4,
                      "03_target_precision": 3 * (2 + 1 + 1) + 2,
                      "04_engine_comparison": 4 * 3 + 4, "05_fp8_drafter_gates": 2 * (3 + 1) + 2 * 2,
                      "06_draft_schedule_under_load": 6 * 5 + 2 * 2,
                      "07_the_bill": 3 * 4 + 2 * 2}
+    assert subset(cells, CELLS) == CELLS
     windowed = {nb: sum(st.windowed(c) for c in st.cells()) for nb, st in studies.items()}
     # every speed cell, one stream included; GSM8K and HumanEval in 03 and GSM8K in 05
     # stay every prompt once (their outputs are graded or compared whole)
-    assert windowed == {"01_drafter_block_sweep": 4 * 8 + 2 * 2, "02_temperature_spread": 4 * 2 * 4,
+    WINDOWED = {"01_drafter_block_sweep": 4 * 8 + 2 * 2, "02_temperature_spread": 4 * 2 * 4,
                         "03_target_precision": 3 * 2 + 2, "04_engine_comparison": 4 * 3 + 4,
                         "05_fp8_drafter_gates": 2 * 3 + 2 * 2,
                         "06_draft_schedule_under_load": 6 * 5 + 2 * 2,
                         "07_the_bill": 3 * 4 + 2 * 2}
+    assert subset(windowed, WINDOWED) == WINDOWED
+    # and for every finding: each workload's cells windowed but GSM8K and HumanEval, which
+    # send every prompt once where the study lists its window's workloads
+    for nb, st in studies.items():
+        for c in st.cells():
+            assert st.windowed(c) == (st.window.workloads is None
+                                      or c.workload.name in st.window.workloads), (nb, c)
     # the arms are h200-engines' arms by name and baseline, so claims and gates read alike
     engines_suite = params.resolve_all(params.load_suite(PARAMS / "h200-engines.yaml"))
     for nb, st in studies.items():

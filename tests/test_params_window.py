@@ -41,6 +41,7 @@ SUITE = """
 name: t
 run_id: r
 results_dir: results
+binds: listed
 notebooks:
   03_target_precision:
     study: studies/03.yaml

@@ -78,6 +78,7 @@ def write(tmp_path: Path, studies: dict[str, dict], plan: dict | None,
     for nb, body in studies.items():
         (params / "studies" / f"{nb}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
     suite = {"name": "t", "run_id": "r", "results_dir": "../results", "profiles": "profiles",
+             "binds": "listed",
              "notebooks": {nb: {"study": f"studies/{nb}.yaml"} for nb in studies}}
     if plan is not None:
         suite["plan"] = plan

@@ -55,7 +55,7 @@ def tree(tmp_path, monkeypatch):
             "workloads": [{"name": "essays", "n": 2, "form": "completion", "max_tokens": 8}],
             "concurrency": [1, 2]})
         return write(params / "suite.yaml", {
-            "name": "t", "run_id": "r", "results_dir": "../results",
+            "name": "t", "run_id": "r", "results_dir": "../results", "binds": "listed",
             "notebooks": {"07_the_bill": {"study": "studies/s.yaml",
                                           "overrides": overrides or {}}}, **(top or {})})
     return make

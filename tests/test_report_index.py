@@ -261,8 +261,6 @@ def test_the_index_writes_its_figures_inside_the_reports_folder(tmp_path):
 def smoke_suite(tmp_path) -> Path:
     """params/smoke.yaml with its results in tmp (studies and profiles still the project's)."""
     suite = yaml.safe_load((ROOT / "params" / "smoke.yaml").read_text())
-    for binding in suite["notebooks"].values():
-        binding["study"] = str(ROOT / "params" / binding["study"])
     suite.update(profiles=str(ROOT / "params" / "profiles"), results_dir=str(tmp_path / "results"))
     path = tmp_path / "smoke.yaml"
     path.write_text(yaml.safe_dump(suite, sort_keys=False))

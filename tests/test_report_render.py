@@ -342,8 +342,6 @@ def smoke_suite_on(checkpoint: Path, where: Path) -> Path:
             data["port"] = port
         (profiles / path.name).write_text(yaml.safe_dump(data, sort_keys=False))
     suite = yaml.safe_load((ROOT / "params" / "smoke.yaml").read_text())
-    for binding in suite["notebooks"].values():
-        binding["study"] = str(ROOT / "params" / binding["study"])
     suite.update(profiles=str(profiles), results_dir=str(where / "results"))
     path = where / "smoke.yaml"
     path.write_text(yaml.safe_dump(suite, sort_keys=False))

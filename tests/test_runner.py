@@ -23,7 +23,7 @@ from specrepro.harness import cpu_placement, engine_http, engines, promtext
 from specrepro.harness.run_command import main
 from specrepro.harness.runner import IGNORE_EOS_WARNING, run_study
 from specrepro.identity import local_model_fingerprint
-from specrepro.params import ParamsError
+from specrepro.params import NOTEBOOK_IDS, ParamsError, load_suite
 from specrepro.params import resolve_file as resolve
 from specrepro.store import ResultStore, load_attempts
 
@@ -230,8 +230,9 @@ def test_bad_study_and_profile_files_name_the_file_and_key(params_dir, capsys):
 
 def test_the_smoke_suite_resolves_for_the_runner():
     plans = resolve(REPO / "params" / "smoke.yaml")
-    smoke = yaml.safe_load((REPO / "params" / "smoke.yaml").read_text())["notebooks"]
-    assert [st.notebook for st, _, _ in plans] == list(smoke)  # every notebook it binds
+    smoke = load_suite(REPO / "params" / "smoke.yaml")
+    assert [st.notebook for st, _, _ in plans] == list(smoke.notebooks)  # every one it binds
+    assert list(smoke.notebooks) == list(NOTEBOOK_IDS)  # every finding: it excludes none
     assert all(st.arms and run_id == "smoke" for st, _, run_id in plans)
 
 

@@ -59,7 +59,7 @@ def params(tmp_path):
     write(p / "studies" / "01.yaml", {**study, "name": "01_drafter_block_sweep",
                                       "notebook": "01_drafter_block_sweep"})
     return write(p / "suite.yaml", {
-        "name": "s", "run_id": "r", "results_dir": "../results",
+        "name": "s", "run_id": "r", "results_dir": "../results", "binds": "listed",
         "notebooks": {"01_drafter_block_sweep": {"study": "studies/01.yaml"}},
         "studies": {"bench-x": {"study": "studies/bench.yaml",
                                 "overrides": {"name": "bench-x", "concurrency": [1]}}}})

@@ -196,7 +196,7 @@ def stored_study(tmp_path: Path):
          "workloads": [{"name": "essays", "n": 2, "form": "completion", "max_tokens": 8}],
          "concurrency": [1, 2]}))
     (params / "suite.yaml").write_text(yaml.safe_dump(
-        {"name": "t", "run_id": RUN, "results_dir": "../results",
+        {"name": "t", "run_id": RUN, "results_dir": "../results", "binds": "listed",
          "notebooks": {STUDY: {"study": "studies/s.yaml"}}}))
     study = resolve_study(load_suite(params / "suite.yaml"), STUDY)
     store = ResultStore(tmp_path / "results", STUDY, RUN)

@@ -74,8 +74,6 @@ def suite_over(ref: SuiteRef, results_dir, path) -> SuiteRef:
     suite = yaml.safe_load((root / ref.params).read_text())
     suite.update(results_dir=str(results_dir), profiles=str(root / "params/profiles"))
     suite.pop("studies", None)
-    for binding in suite["notebooks"].values():
-        binding["study"] = str(root / "params" / binding["study"])
     path.write_text(yaml.safe_dump(suite))
     return SuiteRef(str(path), ref.role)
 

@@ -1,5 +1,9 @@
 """The GPU suites: every one validates, binds real engines, renders to argv, and keeps the
-articles' setups (sizes, gates declared before any run, documented skips)."""
+articles' setups (sizes, gates declared before any run, exclusions with their reasons).
+
+Every finding of the registry is bound unless the suite excludes it (tests/test_findings.py
+holds that for every suite): what is checked here of "every notebook" holds for each finding a
+suite binds, read from the registry, the studies and the suites, never from a list of ids."""
 
 from __future__ import annotations
 
@@ -75,25 +79,28 @@ def test_every_profile_renders_to_argv(name: str):
 
 
 @pytest.mark.parametrize("name", SUITES)
-def test_skips_are_documented(name: str):
-    """A notebook a setup cannot run is left out and named, with its reason, in the
-    description; no other notebook may be missing."""
-    description = params.load_suite(PARAMS / name).description
-    for nb in skipped_notebooks(name):
-        assert nb in description, f"{name} leaves out {nb} without saying so in its description"
+def test_exclusions_are_documented(name: str):
+    """A finding a setup cannot run is excluded with its reason; no other is missing."""
+    suite = params.load_suite(PARAMS / name)
+    assert skipped_notebooks(name) == set(suite.excluded)
+    for nb, why in suite.excluded.items():
+        assert len(why.split()) >= 8, f"{name} excludes {nb} without saying why"
 
 
-def test_only_the_gb10_suite_skips_and_only_what_article_a_lacks():
-    # the step-cost notebook (08) binds no GPU suite: it reads the stand-in's stored cells
-    # and the articles' rows itself, and its own cells are the CPU suite's
-    step_cost = {"08_step_cost"}
-    assert skipped_notebooks("rtx-pro-6000.yaml") == step_cost
-    assert skipped_notebooks("h200.yaml") == step_cost
-    assert skipped_notebooks("h200-embedded.yaml") == step_cost
-    assert skipped_notebooks("h200-standin.yaml") == step_cost
-    assert skipped_notebooks("dgx-spark-gb10.yaml") == {
-        "03_target_precision", "04_engine_comparison", "05_fp8_drafter_gates",
-        "06_draft_schedule_under_load"} | step_cost
+def test_the_gpu_suites_exclude_alike_and_article_a_s_box_only_adds_what_it_lacks():
+    """Every GPU suite leaves out the same findings for the same reason (the step-cost
+    finding: its notebook reads the stand-in's stored cells and the articles' rows itself, its
+    own cells are the CPU suite's); article A's GB10 adds only findings article A has no data
+    for, each reason saying so. The CPU suites `make all` renders exclude nothing."""
+    excluded = {name: params.load_suite(PARAMS / name).excluded for name in SUITES}
+    gb10 = excluded.pop("dgx-spark-gb10.yaml")
+    shared = next(iter(excluded.values()))
+    assert shared and all(e == shared for e in excluded.values()), excluded
+    assert {nb: gb10[nb] for nb in shared} == shared
+    assert set(gb10) > set(shared)
+    assert all("article A" in why for nb, why in gb10.items() if nb not in shared)
+    for name in ("default.yaml", "smoke.yaml"):
+        assert params.load_suite(PARAMS / name).excluded == {}, name
 
 
 def test_article_b_gates_declared_exactly():
@@ -146,10 +153,11 @@ def test_rtx_arms_are_the_articles_engine_versions():
 
 def test_gb10_keeps_article_a_probe():
     for nb, study in resolved("dgx-spark-gb10.yaml").items():
-        # article A's 40-second counter window: every HumanEval cell, one stream included,
-        # over the steady window; the 12K prefill sends each prompt once (never twice)
+        # article A's 40-second counter window: every speed cell (HumanEval, its code probe,
+        # in its findings), one stream included, over the steady window; the 12K prefill
+        # sends each prompt once (never twice)
         for cell in study.cells():
-            assert study.windowed(cell) == (cell.workload.name == "humaneval"), (nb, cell)
+            assert study.windowed(cell) == (cell.workload.name != "prefill"), (nb, cell)
         assert (study.window.window_s, study.window.min_concurrency) == (40.0, 1), nb
         for arm in study.arms:
             assert arm.resolved.engine_version == "0.28.0"

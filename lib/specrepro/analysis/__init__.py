@@ -12,9 +12,9 @@ Design:
   - `finding`: the data a finding reads: its study and stored cells (`finding.finding`), the
     cell's key, tables, window and text marks, arms across notebooks, engine starts, probes,
     engines side by side (parity, peer table, near-ties);
-  - `verdict` (reads finding): claims (claims.yaml), rules, noise, the published overlay,
-    gates, each check's sides, mechanisms (mechanisms.yaml), how busy the device was, and
-    the verdict;
+  - `verdict` (reads finding): claims (each finding's claims.yaml), rules, noise, the
+    published overlay, gates, each check's sides, mechanisms (mechanisms.yaml), how busy
+    the device was, and the verdict;
   - `figures` (reads finding, verdict): the notebooks' figures, `sa.figures`;
   - `step_cost` (reads finding, verdict's mechanism bounds, figures' shared pieces): a decode
     step's cost from bytes and math on each card, checked on the stand-in and on the

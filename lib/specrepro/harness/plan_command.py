@@ -23,14 +23,14 @@ from specrepro.harness.deadline import seconds_arg, zoned_time_arg
 from specrepro.harness.plan import display, make_plan
 from specrepro.harness.plan_report import render
 from specrepro.harness.plan_spent import render_spent
-from specrepro.params import ParamsError, Plan, load_suite, read_tree
+from specrepro.params import ParamsError, Plan, is_suite, load_suite, read_tree
 from specrepro.params import resolve_file as resolve
 from specrepro.store import ResultStore
 
 
 def suite_plan(path: Path) -> tuple[Plan | None, str]:
     """The suite's `plan:` block (None for a study file or a suite without one), its name."""
-    if "notebooks" not in read_tree(path).data:
+    if not is_suite(read_tree(path).data):
         return None, path.stem
     suite = load_suite(path)
     return suite.plan, suite.name

@@ -278,13 +278,13 @@ def main(argv: list[str] | None = None) -> int:
 def _studies(file: str) -> dict[str, ResolvedStudy]:
     """The resolved studies of a suite (its notebooks and its `studies:`) or of a study
     file beside a profiles folder, by id; none for a profile or a study standing alone."""
-    from specrepro.params import load_suite, read_tree
+    from specrepro.params import is_suite, load_suite, profiles_beside, read_tree
     from specrepro.params import resolve_file as resolve
 
     data = read_tree(file).data
-    if "notebooks" in data:
+    if is_suite(data):
         suite = load_suite(file)
         return {nb: resolve_study(suite, nb) for nb in [*suite.notebooks, *suite.studies]}
-    if "arms" in data and (Path(file).resolve().parent.parent / "profiles").is_dir():
+    if "arms" in data and profiles_beside(file).is_dir():
         return {study.notebook: study for study, _, _ in resolve(file)}
     return {}

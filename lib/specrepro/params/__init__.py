@@ -2,9 +2,10 @@
 
 Design:
 - Three kinds of file: a **Profile** is one engine configuration (`params/profiles/*.yaml`),
-  a **Study** is what one notebook measures (`params/studies/NN_*.yaml`), a **Suite** binds
-  every notebook to a study and to one setup's profiles (`params/default.yaml`,
-  `params/smoke.yaml`, the GPU suites).
+  a **Study** is what one finding's notebook measures (`findings/<id>/study.yaml`; a study no
+  notebook renders, such as parity, in `params/studies/`), a **Suite** binds every finding
+  to its study and to one setup's profiles and sizes (`params/default.yaml`,
+  `params/smoke.yaml`, the GPU suites), saying only what differs there (schema.py).
 - Any file may start with `include: [a.yaml, ...]`; includes and overrides deep-merge
   (mappings key by key, the rest replaced, later wins) and every merged value remembers
   the file and key path that set it, so a validation error names the file the user must
@@ -39,9 +40,11 @@ from specrepro.params.plan import (
 )
 from specrepro.params.resolve import (
     check_notebook_params,
+    is_suite,
     load_profile,
     load_study,
     load_suite,
+    profiles_beside,
     resolve_all,
     resolve_file,
     resolve_study,
@@ -51,6 +54,7 @@ from specrepro.params.schema import (
     NOTEBOOK_IDS,
     DrafterRef,
     Hardware,
+    MappedProfile,
     ModelRef,
     NotebookBinding,
     Parallel,
@@ -59,6 +63,7 @@ from specrepro.params.schema import (
     ResolvedProbe,
     ResolvedStudy,
     SpeculativeConfig,
+    StudyBinding,
     Suite,
 )
 from specrepro.params.strict import Strict
@@ -78,10 +83,11 @@ from specrepro.params.tree import read_tree
 
 __all__ = [
     "GATE_OPS", "NOTEBOOK_IDS", "WORKLOADS", "Arm", "ByStreams", "Cell", "DrafterRef",
-    "EnginePriors", "Export", "Figure", "FirstStart", "Gate", "Hardware", "ModelRef",
-    "NotebookBinding", "Parallel", "ParamsError", "Plan", "Probe", "Problem", "Profile",
-    "ResolvedArm", "ResolvedProbe", "ResolvedStudy", "Sampling", "Skip", "SpeculativeConfig",
-    "Step", "Strict", "Study", "Suite", "Workload", "check_notebook_params", "load_profile",
-    "load_study", "load_suite", "read_tree", "resolve_all", "resolve_file", "resolve_study",
+    "EnginePriors", "Export", "Figure", "FirstStart", "Gate", "Hardware", "MappedProfile",
+    "ModelRef", "NotebookBinding", "Parallel", "ParamsError", "Plan", "Probe", "Problem",
+    "Profile", "ResolvedArm", "ResolvedProbe", "ResolvedStudy", "Sampling", "Skip",
+    "SpeculativeConfig", "Step", "Strict", "Study", "StudyBinding", "Suite", "Workload",
+    "check_notebook_params", "is_suite", "load_profile", "load_study", "load_suite",
+    "profiles_beside", "read_tree", "resolve_all", "resolve_file", "resolve_study",
     "standalone_suite", "summarize",
 ]

@@ -5,8 +5,9 @@ validated and described.
 Design:
 - The kind is read from the merged tree: `notebooks:` is a suite, `arms:` a study,
   `engine:` (or a file in a `profiles/` folder) a profile. A suite is resolved notebook by
-  notebook (cells and arms listed); a study beside `params/profiles` is resolved against
-  that folder; a profile is loaded.
+  notebook (cells and arms listed, and the findings it excludes with their reasons); a
+  finding's study, or a study beside `params/profiles`, is resolved against that folder
+  (`resolve.profiles_beside`); a profile is loaded.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from pathlib import Path
 
 from specrepro.params.errors import ParamsError, Problem
 from specrepro.params.resolve import (
+    is_suite,
     load_profile,
     load_study,
     load_suite,
+    profiles_beside,
     resolve_study,
     standalone_suite,
 )
@@ -27,7 +30,7 @@ from specrepro.params.tree import Tree, display_file, read_tree
 
 
 def _kind(tree: Tree, path: Path) -> str:
-    if "notebooks" in tree.data:
+    if is_suite(tree.data):
         return "suite"
     if "arms" in tree.data:
         return "study"
@@ -57,10 +60,11 @@ def summarize(path: Path | str, resolved: Mapping[str, ResolvedStudy] | None = N
             probes = "; probes " + ", ".join(f"{p.name}={p.resolved.name}"
                                              for p in st.probes) if st.probes else ""
             lines.append(f"  {nb}{kind}: {n_cells} cells; arms {arms}{probes}")
+        lines += [f"  {nb}: excluded ({why})" for nb, why in suite.excluded.items()]
         return "\n".join(lines)
     if kind == "study":
         st = load_study(path)
-        profiles = path.parent.parent / "profiles"
+        profiles = profiles_beside(path)
         given = resolved.get(st.notebook) if resolved else None
         resolved = given is not None or (st.notebook in NOTEBOOK_IDS and profiles.is_dir())
         if given is not None:

@@ -2,11 +2,15 @@
 
 Design:
 - `load_profile` / `load_study` / `load_suite(path)` read a file with its includes merged
-  and validate it; a profile's `name` defaults to its file's stem.
+  and validate it; a profile's `name` defaults to its file's stem. A suite binds every
+  finding it does not exclude (`Suite.bind_every_finding`), each to its own study
+  (`findings/<id>/study.yaml`) unless its binding names another file.
 - `resolve_study(suite, notebook_id, overrides=None)` gives the study one notebook runs:
-  the suite's overrides for that notebook merged into the study file (then a notebook's
-  own `overrides` parameter on top), the suite's profile map applied (a notebook's own map
-  over the suite-wide one), and every arm's profile loaded with the arm's overrides merged
+  the study file, the suite's `window`, the suite's `defaults` (a finding's study only; their
+  `workloads` merged into each workload), the suite's overrides for that notebook (then a
+  notebook's own `overrides` parameter on top), the suite's profile map applied (a notebook's
+  own map over the suite-wide one; a mapped profile's overrides merged into the profile before
+  the arm's), and every arm's profile loaded with the arm's overrides merged
   in and validated. Each step validates with provenance, so an error names the study,
   suite, profile or notebook parameter that set the key.
 - Relative paths inside a file (includes, a suite's study files, profiles directory and
@@ -23,8 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specrepro import findings
 from specrepro.params.errors import ParamsError, Problem, one_of
-from specrepro.params.schema import NOTEBOOK_IDS, Profile, ResolvedStudy, Suite
+from specrepro.params.schema import NOTEBOOK_IDS, MappedProfile, Profile, ResolvedStudy, Suite
 from specrepro.params.study import Arm, Study
 from specrepro.params.tree import Provenance, Tree, deep_merge, display_file, lookup, read_tree
 from specrepro.params.validation import located, validate
@@ -51,6 +56,7 @@ def load_suite(path: Path | str) -> Suite:
     suite = validate(Suite, tree)
     suite._path = path.resolve()
     suite._tree = tree
+    suite.bind_every_finding()
     for nb in [*suite.notebooks, *suite.studies]:
         if not suite.study_path(nb).is_file():
             file, key = located(tree, (suite.section(nb), nb, "study"))
@@ -85,6 +91,8 @@ def resolve_study(suite: Suite, notebook_id: str, overrides: Mapping[str, Any] |
     section = suite.section(notebook_id)
     tree = read_tree(suite.study_path(notebook_id))
     _suite_window(tree, suite)
+    if section == "notebooks":
+        _suite_defaults(tree, suite)
     deep_merge(tree, suite._tree, (), (section, notebook_id, "overrides"))
     kind = "notebook" if section == "notebooks" else "study"
     context = f"resolving {kind} {notebook_id} of suite {display_file(suite.path)}"
@@ -140,12 +148,28 @@ def _suite_window(study: Tree, suite: Suite) -> None:
         deep_merge(study, suite._tree, ("window",), ("window",))
 
 
+def _suite_defaults(study: Tree, suite: Suite) -> None:
+    """The suite's `defaults:` merged into a finding's study, before its own overrides: each
+    key as an override would be, `workloads` (a mapping) into each workload of the study."""
+    defaults = lookup(suite._tree.data, ("defaults",)) if suite._tree is not None else None
+    if not defaults:
+        return
+    rest = {k: v for k, v in defaults.items() if k != "workloads"}
+    deep_merge(study, Tree({"defaults": rest}, suite._tree.prov), (), ("defaults",))
+    if isinstance(defaults.get("workloads"), dict):
+        for i, w in enumerate(study.data.get("workloads") or []):
+            if isinstance(w, dict):
+                deep_merge(study, suite._tree, ("workloads", i), ("defaults", "workloads"))
+
+
 def _resolve_arm(
     suite: Suite, notebook_id: str, study_tree: Tree, i: int, arm: Arm, mapping: dict, context: str,
     part: str = "arms",
 ) -> dict:
-    """An arm's (or a probe's: part "probes") profile loaded with its overrides merged in."""
-    name = mapping.get(arm.profile, arm.profile)
+    """An arm's (or a probe's: part "probes") profile loaded with its overrides merged in:
+    the profile the suite maps the arm's to (with the mapping's overrides), else its own."""
+    entry = mapping.get(arm.profile, arm.profile)
+    name = entry.profile if isinstance(entry, MappedProfile) else entry
     path = suite.profiles_path / f"{name}.yaml"
     if not path.is_file():
         available = sorted(p.stem for p in suite.profiles_path.glob("*.yaml"))
@@ -158,6 +182,11 @@ def _resolve_arm(
         raise ParamsError([Problem(file, key, msg)], context)
     profile_tree = read_tree(path)
     profile_tree.data.setdefault("name", name)
+    if isinstance(entry, MappedProfile):  # the suite's derivation of the arm, then the arm's
+        binding = suite.binding(notebook_id).profiles
+        where = ((suite.section(notebook_id), notebook_id, "profiles", arm.profile)
+                 if arm.profile in binding else ("profile_map", arm.profile))
+        deep_merge(profile_tree, suite._tree, (), (*where, "overrides"))
     deep_merge(profile_tree, study_tree, (), (part, i, "overrides"))
     what = "arm" if part == "arms" else "probe"
     profile = validate(Profile, profile_tree, f"{context}, {what} {arm.name!r}")
@@ -185,6 +214,7 @@ def standalone_suite(study_path: Path | str, notebook_id: str, profiles: Path | 
     data = {
         "name": "standalone",
         "run_id": "standalone",
+        "binds": "listed",
         "profiles": str(Path(profiles).resolve()),
         "notebooks": {},
         section: {notebook_id: {"study": str(study_path)}},
@@ -193,6 +223,21 @@ def standalone_suite(study_path: Path | str, notebook_id: str, profiles: Path | 
     suite._path = study_path
     suite._tree = Tree(data, Provenance.of_file(display_file(study_path)))
     return suite
+
+
+def is_suite(data: Mapping) -> bool:
+    """Whether a params file's merged keys are a suite's (a study has `arms:`)."""
+    return "notebooks" in data or "run_id" in data
+
+
+def profiles_beside(study_path: Path | str) -> Path:
+    """The profiles folder a study file outside a suite resolves against: a finding's study
+    (findings/<id>/study.yaml) the checkout's params/profiles, another study the `profiles/`
+    folder beside its own folder (params/studies/ -> params/profiles)."""
+    study_path = Path(study_path).resolve()
+    if study_path.parent.parent == findings.FOLDER:
+        return findings.FOLDER.parent / "params" / "profiles"
+    return study_path.parent.parent / "profiles"
 
 
 def resolve_all(suite: Suite) -> dict[str, ResolvedStudy]:
@@ -228,17 +273,16 @@ def check_notebook_params(
 def resolve_file(path: Path | str, notebooks: Sequence[str] = ()
                  ) -> list[tuple[ResolvedStudy, Path, str]]:
     """(study, results dir, run id) for a suite (its notebooks, or the notebooks and
-    studies named) or a study file (its arms' profiles from the `profiles/` folder beside
-    its folder)."""
+    studies named) or a study file (its arms' profiles from `profiles_beside` it)."""
     path = Path(path)
     tree = read_tree(path)
-    if "notebooks" in tree.data:
+    if is_suite(tree.data):
         suite = load_suite(path)
         chosen = list(notebooks) or list(suite.notebooks)
         return [(resolve_study(suite, nb), suite.results_path, suite.run_id) for nb in chosen]
     if "arms" in tree.data:
         nb = tree.data.get("notebook")
-        profiles = path.resolve().parent.parent / "profiles"
+        profiles = profiles_beside(path)
         suite = standalone_suite(path, nb, profiles)
         return [(resolve_study(suite, nb), path.resolve().parents[2] / "results",
                  suite.run_id)]

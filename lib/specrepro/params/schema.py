@@ -2,9 +2,16 @@
 
 Design:
 - Three kinds of file: a **Profile** is one engine configuration (`params/profiles/*.yaml`),
-  a **Study** is what one notebook measures (`params/studies/NN_*.yaml`), a **Suite** binds
-  every notebook to a study and to one setup's profiles (`params/default.yaml`,
-  `params/smoke.yaml`, the GPU suites).
+  a **Study** is what one finding's notebook measures (`findings/<id>/study.yaml`), a
+  **Suite** binds every finding to its study and to one setup's profiles and sizes
+  (`params/default.yaml`, `params/smoke.yaml`, the GPU suites).
+- A suite binds every finding of the registry (specrepro/findings.py) by default, and says
+  only what differs on its setup: `defaults` (sizes and measurement settings for every
+  finding's study), `profile_map` (the setup's profile for a profile the studies name,
+  optionally with overrides: how the setup derives an arm), `window`, and under `notebooks:`
+  a finding's own `overrides` and `profiles`; `excluded` leaves a finding out, with the
+  reason. `binds: listed` (a test's or an experiment's suite) binds only the findings under
+  `notebooks:`. Every shipped suite binds all (tests/test_findings.py).
 - The models are pydantic v2 with `extra="forbid"` and strict types (`Strict`, strict.py):
   an unknown key, a string where a number belongs, a draft schedule vLLM would reject, an
   arm naming a missing profile or a baseline naming a missing arm all fail before anything
@@ -258,25 +265,62 @@ def _located(tree: Tree | None, path: tuple, fallback: str) -> tuple[str, str]:
     return fallback, dotted(path)
 
 
-NOTEBOOK_IDS = findings.IDS  # the keys a suite's `notebooks:` may bind: the registry's ids
+NOTEBOOK_IDS = findings.IDS  # the findings a suite binds (all but those it excludes)
+
+# The study keys a suite's `defaults:` may set for every finding it binds: sizes and
+# measurement settings, never what names the finding's arms, workloads or gates. Its
+# `workloads` is a mapping merged into each workload of the study (these keys only).
+DEFAULTS_KEYS = ("workloads", "concurrency", "sampling", "repeats", "seeds", "seed", "warmup",
+                 "ignore_eos", "thinking", "reasoning_effort", "interleave", "placement")
+DEFAULTS_WORKLOAD_KEYS = ("n", "form", "shots", "max_tokens", "stop")
+
+
+class MappedProfile(Strict):
+    """This setup's profile for one the studies name, with the overrides that derive the
+    arm from it (merged into the profile before the arm's own overrides)."""
+
+    profile: str
+    overrides: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+ProfileRef = str | MappedProfile  # a profile's name, or a profile with overrides
 
 
 class NotebookBinding(Strict):
-    study: str  # a study file, relative to the suite file
+    """A finding as a suite binds it: its own study (`findings/<id>/study.yaml`) unless
+    `study` names another file, with this suite's overrides and profile map for it."""
+
+    study: str | None = None  # a study file, relative to the suite file; None: the finding's
     overrides: dict[str, JsonValue] = Field(default_factory=dict)
-    profiles: dict[str, str] = Field(default_factory=dict)  # study arm profile -> this setup's
+    profiles: dict[str, ProfileRef] = Field(default_factory=dict)  # study's profile -> this setup's
+
+
+class StudyBinding(NotebookBinding):
+    """A study no notebook renders (`studies:`): its file is always named."""
+
+    study: str  # a study file, relative to the suite file
 
 
 class Suite(Strict):
-    """One setup: every notebook's study, bound to this setup's profiles and sizes."""
+    """One setup: every finding's study, bound to this setup's profiles and sizes."""
 
     name: FolderName  # reports/<name>/ where its reports go
     description: str = ""
     results_dir: str = "../results"  # relative to the suite file
     run_id: FolderName  # each store is <results_dir>/<study>/<run_id>/
     profiles: str = "profiles"  # directory of profile files, relative to the suite file
-    profile_map: dict[str, str] = Field(default_factory=dict)  # for every notebook
-    notebooks: dict[Literal[NOTEBOOK_IDS], NotebookBinding]  # type: ignore[valid-type]
+    profile_map: dict[str, ProfileRef] = Field(default_factory=dict)  # for every study
+    # The findings whose binding says something (overrides, profiles); every other finding
+    # is bound as its study stands, with `defaults` (unless `binds: listed`)
+    notebooks: dict[Literal[NOTEBOOK_IDS], NotebookBinding] = Field(  # type: ignore[valid-type]
+        default_factory=dict)
+    # A finding this setup does not measure -> why (shown by `specrepro check`, the plan)
+    excluded: dict[Literal[NOTEBOOK_IDS], str] = Field(  # type: ignore[valid-type]
+        default_factory=dict)
+    binds: Literal["all", "listed"] = "all"  # every finding (but the excluded), or the listed
+    # Study keys for every finding's study on this setup, before its own overrides
+    # (DEFAULTS_KEYS; `workloads`: merged into each workload)
+    defaults: dict[str, JsonValue] = Field(default_factory=dict)
     substrate: Substrate | None = None  # what its numbers are measured on
     # its studies' windows sized for this substrate, or null: none (resolve._suite_window)
     window: dict[str, JsonValue] | None = None
@@ -284,7 +328,7 @@ class Suite(Strict):
     # bound like a notebook's, run only when named (`specrepro run SUITE --study ID`), and
     # never part of `make all`. Their ids must differ from the notebooks'.
     studies: dict[Annotated[str, Field(pattern=NAME_PATTERN)],
-                  NotebookBinding] = Field(default_factory=dict)
+                  StudyBinding] = Field(default_factory=dict)
     # how `specrepro plan` costs and orders its notebooks: priors and the order of value
     # (params/plan.py); null: the planner refuses to plan it, saying so
     plan: Plan | None = None
@@ -305,6 +349,13 @@ class Suite(Strict):
     def profiles_path(self) -> Path:
         return (self._path.parent / self.profiles).resolve()
 
+    def bind_every_finding(self) -> None:
+        """Bind every registered finding not excluded (`binds: all`), in the registry's
+        order, those the file does not list as their study stands (load_suite calls it)."""
+        if self.binds == "all":
+            self.notebooks = {nb: self.notebooks.get(nb) or NotebookBinding()
+                              for nb in NOTEBOOK_IDS if nb not in self.excluded}
+
     def binding(self, study_id: str) -> NotebookBinding:
         """A notebook's binding, else a benchmark study's (KeyError if neither)."""
         return self.notebooks[study_id] if study_id in self.notebooks else self.studies[study_id]
@@ -314,13 +365,43 @@ class Suite(Strict):
         return "notebooks" if study_id in self.notebooks else "studies"
 
     def study_path(self, notebook_id: str) -> Path:
-        return (self._path.parent / self.binding(notebook_id).study).resolve()
+        """The binding's study file (relative to the suite file), else the finding's own."""
+        study = self.binding(notebook_id).study
+        if study is None:
+            return findings.study_path(notebook_id)
+        return (self._path.parent / study).resolve()
 
     def cross_checks(self) -> list[tuple[tuple, str]]:
         out = [(("studies", sid), f"expected an id that is not a notebook's, found {sid!r}")
                for sid in self.studies if sid in NOTEBOOK_IDS]
+        out += [(("excluded", nb), f"expected a finding not bound under notebooks:, found "
+                                   f"{nb!r} bound there too") for nb in self.excluded
+                if nb in self.notebooks]
+        out += [(("excluded", nb), "expected the reason, in words, found none")
+                for nb, why in self.excluded.items() if not why.strip()]
+        if self.binds == "listed" and self.excluded:
+            out.append((("excluded",), "expected none with `binds: listed` (it binds only the "
+                                       "findings under notebooks:)"))
+        out += _defaults_checks(self.defaults)
         if self.plan is not None:
             ids = [*self.notebooks, *self.studies]
             out += [(("plan", *p), m)
                     for p, m in [*self.plan.cross_checks(), *self.plan.order_checks(ids)]]
         return out
+
+
+def _defaults_checks(defaults: dict) -> list[tuple[tuple, str]]:
+    """`defaults:` sets only DEFAULTS_KEYS, its `workloads` a mapping of the keys a workload
+    may take from a suite (their values are checked in each study, located here)."""
+    out = [(("defaults", key), f"expected one of {', '.join(DEFAULTS_KEYS)} (a suite's "
+                               f"defaults for every finding's study), found {key!r}")
+           for key in defaults if key not in DEFAULTS_KEYS]
+    loads = defaults.get("workloads")
+    if loads is not None and not isinstance(loads, dict):
+        out.append((("defaults", "workloads"), "expected a mapping merged into each workload of "
+                                               f"a study (e.g. {{n: 8}}), found {loads!r}"))
+    elif loads:
+        out += [(("defaults", "workloads", key), f"expected one of "
+                 f"{', '.join(DEFAULTS_WORKLOAD_KEYS)}, found {key!r}")
+                for key in loads if key not in DEFAULTS_WORKLOAD_KEYS]
+    return out

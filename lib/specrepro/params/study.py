@@ -1,4 +1,4 @@
-"""What one notebook measures: the study models (params/studies/NN_*.yaml) and its cells.
+"""What one notebook measures: the study models (findings/<id>/study.yaml) and its cells.
 
 Design:
 - A **Study** names its arms (each a profile, with overrides), workloads, concurrency levels,

@@ -22,7 +22,7 @@ import math
 
 import polars as pl
 
-from specrepro import metrics
+from specrepro import findings, metrics
 from specrepro.analysis.figures import common as fc
 from specrepro.analysis.figures import marks as fm
 from specrepro.analysis.figures.sweep import TPS, article_lines, published_against_base
@@ -84,7 +84,7 @@ def crossing_arm(f: Finding, claims: Claims) -> str | None:
 
     found = [a for a in arms if a in claimed("lowest", "higher") & claimed("highest", "lower")]
     if len(found) > 1:
-        raise ClaimsError(f"claims.yaml {claims.notebook_id}: checks claim {found} each cross "
+        raise ClaimsError(f"{findings.shown(claims.notebook_id)}: checks claim {found} each cross "
                          f"the baseline {base!r} (above it at the lowest level, below at the "
                          "highest); the load figure marks one crossing: expected at most one")
     return found[0] if found else None

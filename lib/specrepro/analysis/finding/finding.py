@@ -63,12 +63,13 @@ class FindingError(RuntimeError):
 
 def project_root(start: Path | None = None) -> Path:
     """The checkout holding this project: the nearest directory above with pyproject.toml
-    and notebooks/ (a notebook opened in Jupyter runs in notebooks/, papermill at the root)."""
+    and findings/ (a notebook opened in Jupyter runs in its folder findings/<id>/, papermill
+    at the root)."""
     here = (start or Path.cwd()).resolve()
     for d in (here, *here.parents):
-        if (d / "pyproject.toml").is_file() and (d / "notebooks").is_dir():
+        if (d / "pyproject.toml").is_file() and (d / "findings").is_dir():
             return d
-    raise FindingError(f"no project root (pyproject.toml and notebooks/) above {here}")
+    raise FindingError(f"no project root (pyproject.toml and findings/) above {here}")
 
 
 def at_project_root() -> Path:

@@ -6,6 +6,8 @@ Design:
   `parameters` (`papermill.inspect_notebook` + `params.check_notebook_params`), and the
   params file must load and resolve this notebook's study with the overrides
   (`params.load_suite` / `resolve_study`: an unknown key names file and key).
+- A finding's notebook is `findings/<id>/notebook.ipynb` (specrepro/findings.py); its
+  executed copy and report keep the id's name (`<reports_dir>/<id>.ipynb`, `<id>.html`).
 - It executes notebooks (which measure through `specrepro.pipeline` in modes `auto`/`run`)
   but imports neither the pipeline nor the harness itself.
 - Execution: papermill with the `python3` kernel, which jupyter_client runs with this very
@@ -53,8 +55,9 @@ from specrepro.params import ParamsError, check_notebook_params, load_suite, res
 KERNEL = "python3"
 
 
-def notebook_path(notebook_id: str, notebooks_dir: str | Path = "notebooks") -> Path:
-    path = Path(notebooks_dir) / f"{notebook_id}.ipynb"
+def notebook_path(notebook_id: str, findings_dir: str | Path | None = None) -> Path:
+    """A finding's notebook: `findings/<id>/notebook.ipynb` (specrepro/findings.py)."""
+    path = findings.notebook_path(notebook_id, Path(findings_dir or findings.FOLDER))
     if not path.is_file():
         raise FileNotFoundError(f"no notebook {notebook_id!r} at {path}; expected one of "
                                 f"{', '.join(findings.IDS)}")
@@ -67,10 +70,10 @@ def check_parameters(path: Path, parameters: dict[str, Any]) -> None:
     check_notebook_params(parameters, declared, where=f"{path}: parameters")
 
 
-def check(notebook_id: str, parameters: dict[str, Any], notebooks_dir: str | Path = "notebooks"
-          ) -> Path:
+def check(notebook_id: str, parameters: dict[str, Any],
+          findings_dir: str | Path | None = None) -> Path:
     """Every check that must pass before a notebook runs; returns the notebook's path."""
-    path = notebook_path(notebook_id, notebooks_dir)
+    path = notebook_path(notebook_id, findings_dir)
     check_parameters(path, parameters)
     mode = parameters.get("mode", "auto")
     if mode not in MODES:
@@ -242,14 +245,14 @@ def machine(exclusive: bool):
 def run_notebook(notebook_id: str, params_file: str | Path, *, mode: str = "auto",
                  results_dir: str | Path | None = None, overrides: dict | None = None,
                  figures_dir: str | Path = "figures", reports_dir: str | Path = "reports",
-                 notebooks_dir: str | Path | None = None) -> Path:
+                 findings_dir: str | Path | None = None) -> Path:
     """Check, execute and render one notebook; returns the HTML report's path."""
     root = project_root()
-    notebooks_dir = Path(notebooks_dir) if notebooks_dir else root / "notebooks"
+    findings_dir = Path(findings_dir) if findings_dir else root / findings.FOLDER.name
     parameters = {"params_file": str(params_file), "notebook_id": notebook_id, "mode": mode,
                   "results_dir": None if results_dir is None else str(results_dir),
                   "overrides": overrides or {}, "figures_dir": str(figures_dir)}
-    path = check(notebook_id, parameters, notebooks_dir)
+    path = check(notebook_id, parameters, findings_dir)
     reports = Path(reports_dir)
     reports.mkdir(parents=True, exist_ok=True)
     executed = reports / f"{notebook_id}.ipynb"

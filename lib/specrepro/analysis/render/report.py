@@ -13,7 +13,7 @@ Design:
   the notebook saved it to may lie elsewhere or be redrawn since), links only to files in
   the folder, and loads nothing from the network. PNGs left there by an earlier render and
   not shown now are removed, so the folder holds what the index shows.
-- Every finding of the registry (`specrepro/findings.yaml`) has a row, in its order: one
+- Every finding of the registry (`findings/findings.yaml`) has a row, in its order: one
   not executed (a suite that skips it, or not run yet), or executed without a summary (it
   failed before), says so instead of dropping out.
 - The verdict is a word and a symbol; colour (colour-blind-safe backgrounds) only adds.

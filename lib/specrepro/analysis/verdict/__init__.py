@@ -12,7 +12,8 @@ Design:
   what a check presupposes about the substrate, measured there), `host_bound` (how busy the
   device was; the substrate line, given the step-cost floor by its caller), and
   `verdicts` (a finding's verdict: each check evaluated, one outcome).
-- Data files: `claims.yaml`, `mechanisms.yaml`, read beside their modules
+- Data files: each finding's `claims.yaml`, in its folder (`findings/<id>/`, read through
+  specrepro/findings.py), and `mechanisms.yaml`, read beside its module
   (`importlib.resources`, this package).
 - Nothing is re-exported here: callers import the module they read; `specrepro.analysis`
   offers the notebooks' names (`verdict`, `Verdict`, `claims_for`, `overlay_tables`, ...).

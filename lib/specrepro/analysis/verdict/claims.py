@@ -1,10 +1,11 @@
-"""What each notebook compares against the articles: `claims.yaml`, loaded and checked.
+"""What each finding compares against the articles: its `claims.yaml`, loaded and checked.
 
 Design:
-- One entry per notebook: its title, the article's claim in a sentence, the map from the
-  study's arm names to published arm ids (and workloads to published workloads; a workload
-  standing in for a published one, data.STANDS_FOR, maps by itself), which of
-  two published values to compare where an article prints two, and the article claims the
+- One entry per finding, in its folder (`findings/<id>/claims.yaml`, specrepro/findings.py;
+  the keys are documented in findings/README.md): its title, the article's claim in a
+  sentence, the map from the study's arm names to published arm ids (and workloads to
+  published workloads; a workload standing in for a published one, data.STANDS_FOR, maps
+  by itself), which of two published values to compare where an article prints two, and the article claims the
   embedded engine cannot test (docs/design.md) with the reason; an entry's `device: cpu | cuda`
   says it only where the cells were measured on that device (the default suite's CPU
   reasons, such as 8 request slots or the host's resident memory, are wrong on the H200).
@@ -23,15 +24,15 @@ Design:
   `unless`, no `device`).
 - Every published arm id is checked against `published/arms.csv` on load, so a typo fails
   here, naming the notebook and the id; every quoted source against the published rows.
-- The entries are the findings of the registry (`specrepro/findings.yaml`), one each: a key
-  the registry lacks, or a finding with no entry, fails on load naming the id and both files.
+- The entries are the findings of the registry (`findings/findings.yaml`), one each: a
+  registered finding without its claims file, or a finding's folder the registry does not
+  list, fails on load naming the id and both files (`findings.check_folders`).
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from importlib import resources
 
 import polars as pl
 import yaml
@@ -112,17 +113,17 @@ class Claims:
 
 @functools.cache
 def all_claims() -> dict[str, Claims]:
-    raw = yaml.safe_load(resources.files(__package__).joinpath("claims.yaml").read_text())
+    """Every finding's claims, in the registry's order."""
+    raw = registered()
     known = set(load_arms()["arm"].to_list())
     gates = set(load_gates()["gate"].to_list())
     sources = set(load_published()["source"].to_list())
-    registered(raw)
     out = {}
     for nb, entry in raw.items():
         for study_arm, pub in entry.get("arms", {}).items():
             if pub not in known:
                 raise ClaimsError(
-                    f"claims.yaml: {nb}.arms.{study_arm}: published arm {pub!r} is not in "
+                    f"{findings.shown(nb)}: arms.{study_arm}: published arm {pub!r} is not in "
                     "published/arms.csv"
                 )
         out[nb] = Claims(
@@ -142,20 +143,27 @@ def all_claims() -> dict[str, Claims]:
     return out
 
 
-def registered(raw: dict) -> None:
-    """Fail unless claims.yaml has exactly one entry per finding of the registry."""
-    where = f"the registry {findings.REGISTRY}"
-    if stray := [nb for nb in raw if nb not in findings.IDS]:
-        raise ClaimsError(f"claims.yaml: {stray[0]!r} is not a finding of {where}; add it "
-                          f"there or rename the entry (findings: {', '.join(findings.IDS)})")
-    if missing := [nb for nb in findings.IDS if nb not in raw]:
-        raise ClaimsError(f"claims.yaml: no entry for {missing[0]!r}, a finding of {where}")
+def registered() -> dict[str, dict]:
+    """Each registered finding's claims file, read: the registry's findings and no other
+    folder (`findings.check_folders`), or a ClaimsError naming the file and the registry."""
+    try:
+        findings.check_folders(findings.IDS)
+    except findings.FindingsError as err:
+        raise ClaimsError(f"{err} (the registry: {findings.REGISTRY})") from None
+    raw = {}
+    for nb in findings.IDS:
+        entry = yaml.safe_load(findings.claims_path(nb).read_text(encoding="utf-8"))
+        if not isinstance(entry, dict):
+            raise ClaimsError(f"{findings.shown(nb)}: expected a mapping (title, article, "
+                              f"claim, ...), found {type(entry).__name__}")
+        raw[nb] = entry
+    return raw
 
 
 def _untestable(nb: str, i: int, raw, published: set[str] = frozenset()) -> Untestable:
     """One `cannot_test` entry: claim and why, optional `unless: power` and `device: cpu | cuda`,
     and `sources`: the published sources (published/*.csv `source`, exactly) that quote it."""
-    where = f"claims.yaml: {nb}.cannot_test[{i}]"
+    where = f"{findings.shown(nb)}: cannot_test[{i}]"
     if (not isinstance(raw, dict) or not {"claim", "why"} <= set(raw)
             or not set(raw) <= {"claim", "why", "unless", "device", "sources"}):
         raise ClaimsError(f"{where}: expected {{claim, why, unless: power (optional), device: cpu "
@@ -182,8 +190,8 @@ def _temperature(nb: str, value) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ClaimsError(f"claims.yaml: {nb}.published_temperature: expected a temperature "
-                          f">= 0 or nothing, found {value!r}")
+        raise ClaimsError(f"{findings.shown(nb)}: published_temperature: expected a "
+                          f"temperature >= 0 or nothing, found {value!r}")
     return float(value)
 
 
@@ -191,6 +199,7 @@ def claims_for(notebook_id: str) -> Claims:
     claims = all_claims()
     if notebook_id not in claims:
         raise ClaimsError(
-            f"claims.yaml: no entry for notebook {notebook_id!r}; it has {sorted(claims)}"
+            f"no claims for finding {notebook_id!r} (findings/{notebook_id}/claims.yaml); the "
+            f"registry {findings.REGISTRY} lists {', '.join(claims)}"
         )
     return claims[notebook_id]

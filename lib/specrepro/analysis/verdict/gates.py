@@ -1,7 +1,7 @@
 """Gates declared before the run, evaluated on the measured cells: pass or fail, with why.
 
 Design:
-- The gates are the study's (`params/studies/05_*.yaml`, or a suite's override of them),
+- The gates are the study's (`findings/05_*/study.yaml`, or a suite's override of them),
   validated when the params load; nothing here invents a threshold.
 - A gate reads one column of the cells table at one arm x workload x concurrency (repeats
   averaged); a `relative_pct` gate compares it with the reference arm's value at the same

@@ -47,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specrepro import findings
 from specrepro.analysis.finding.cell_key import CELL, LEVEL
 from specrepro.analysis.verdict import noise
 
@@ -159,7 +160,7 @@ _RULE_KEYS = {"claim", "kind", "metric", "a", "b", "direction", "band", "gate", 
 
 
 def _where(nb: str, i: int, key: str = "") -> str:
-    return f"claims.yaml: {nb}.checks[{i}]" + (f".{key}" if key else "")
+    return f"{findings.shown(nb)}: checks[{i}]" + (f".{key}" if key else "")
 
 
 def _mapping(raw: Any, keys: set[str], where: str, what: str = "a mapping") -> dict:
@@ -274,6 +275,7 @@ def parse_checks(raw: Any, nb: str, known_arms: set[str], known_gates: set[str],
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise RuleError(f"claims.yaml: {nb}.checks: expected a list, found {type(raw).__name__}")
+        raise RuleError(f"{findings.shown(nb)}: checks: expected a list, found "
+                        f"{type(raw).__name__}")
     return tuple(parse_check(r, nb, i, known_arms, known_gates, study_arms)
                  for i, r in enumerate(raw))
