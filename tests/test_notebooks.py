@@ -73,6 +73,21 @@ def test_a_params_file_with_an_unknown_key_fails_before_anything_runs(tmp_path):
     assert code == 2 and not reports.exists()
 
 
+def test_a_finding_the_suite_excludes_is_passed_over_with_its_reason(tmp_path, capsys):
+    """`make all PARAMS=params/h200-embedded.yaml` runs every registered finding; the suite
+    excludes 08_step_cost with its reason, and the runner stopped the whole make on it
+    ("expected a notebook or study id among ..."). Now it says why and goes on."""
+    suite = ROOT / "params" / "h200-embedded.yaml"
+    excluded = yaml.safe_load(suite.read_text())["excluded"]
+    nb = next(iter(excluded))
+    reports = tmp_path / "reports"
+    assert notebooks.main(["run", nb, "--params", str(suite), "--reports-dir",
+                           str(reports)]) == 0
+    out = capsys.readouterr().out
+    assert f"{nb}: not run: {suite} excludes it: " in out and excluded[nb].split()[0] in out
+    assert not reports.exists()
+
+
 def test_an_unknown_top_level_key_and_a_bad_mode_fail_too(tmp_path):
     bad = portable_smoke(tmp_path, result_dir="x")
     with pytest.raises(ParamsError, match="result_dir"):

@@ -342,7 +342,15 @@ def main(argv: list[str] | None = None) -> int:
         print(write_index(Path(args.reports_dir)))
         return 0
     overrides = json.loads(args.overrides) if args.overrides else None
+    try:  # a finding the suite leaves out (`excluded:`, with its reason) is said and passed
+        excluded = load_suite(args.params).excluded  # over: `make all` runs the registry's
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     for nb in args.notebooks:
+        if nb in excluded:
+            print(f"{nb}: not run: {args.params} excludes it: {excluded[nb]}")
+            continue
         try:
             run_notebook(nb, args.params, mode=args.mode, results_dir=args.results_dir,
                          overrides=overrides, figures_dir=args.figures_dir,
