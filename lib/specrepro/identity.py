@@ -98,9 +98,9 @@ def profile_identity(profile: Any, recorded: Mapping[str, str] | None = None) ->
     return ident
 
 
-def profile_hash(profile: Any) -> str:
-    """The profile hash a run's manifest records for an arm."""
-    return params_hash(profile_identity(profile))
+def profile_hash(profile: Any, recorded: Mapping[str, str] | None = None) -> str:
+    """The profile hash a run's manifest records for an arm (`recorded`: profile_identity's)."""
+    return params_hash(profile_identity(profile, recorded))
 
 
 def measurement(study: Any, cell: Any = None) -> dict:

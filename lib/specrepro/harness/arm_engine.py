@@ -148,9 +148,9 @@ def known_version(store: ResultStore, arm: ResolvedArm) -> str | None:
     matches a stored cell only where that version measured it. A local folder absent here
     (an export not yet made on a fresh machine) is hashed by the fingerprint the store
     recorded for it, as the cells' ids are (runner._Run.cid)."""
-    recorded = identity.recorded_fingerprints(store.manifest())
-    want = identity.params_hash(identity.profile_identity(arm.resolved, recorded))
-    for session in reversed(store.manifest().get("sessions", [])):
+    manifest = store.manifest()
+    want = identity.profile_hash(arm.resolved, identity.recorded_fingerprints(manifest))
+    for session in reversed(manifest.get("sessions", [])):
         for eng in reversed(session.get("engines") or []):
             if eng.get("arm") == arm.name and (
                     eng.get("profile_hash") == want
