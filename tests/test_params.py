@@ -3,6 +3,7 @@ every shipped params file validates and resolves."""
 
 from __future__ import annotations
 
+import datetime
 import textwrap
 from pathlib import Path
 
@@ -321,6 +322,19 @@ def test_error_in_included_file_names_that_file(tree: Path):
     write(tree / "profiles/p.yaml", "include: [base.yaml]\ndescription: child\n")
     msg = error_of(params.load_profile, tree / "profiles/p.yaml")
     assert "profiles/base.yaml: flgs: unknown key 'flgs' (did you mean 'flags'?)" in msg
+
+
+def test_invalid_yaml_names_the_file_and_shows_the_line_with_a_caret(tmp_path: Path):
+    # parsed with libyaml where PyYAML has it; the message is the pure-Python parser's,
+    # which quotes the faulty line
+    write(tmp_path / "a.yaml", "x: {p: 1}\nl: [1, 2\ns: a\n")
+    msg = error_of(params.read_tree, tmp_path / "a.yaml")
+    assert "a.yaml" in msg and "expected valid YAML" in msg
+    assert "line 2" in msg and "l: [1, 2\n" in msg and "^" in msg
+    write(tmp_path / "b.yaml", "x: {p: 1}\nl: [1, 2]\ns: 2026-12-01\nt: yes\nu: 1e3\n")
+    assert params.read_tree(tmp_path / "b.yaml").data == {
+        "x": {"p": 1}, "l": [1, 2], "s": datetime.date(2026, 12, 1), "t": True,
+        "u": "1e3"}
 
 
 def test_include_cycle_fails(tmp_path: Path):

@@ -114,13 +114,22 @@ def measurement(study: Any, cell: Any = None) -> dict:
 
 
 def cell_identity(study: Any, cell: Any, engine_version: str | None,
-                  recorded: Mapping[str, str] | None = None) -> dict:
+                  recorded: Mapping[str, str] | None = None,
+                  profiles: dict[str, dict] | None = None) -> dict:
     """Everything that defines a cell of a resolved study: the resolved arm (profile and
     overrides, model revisions inside), workload, concurrency, sampling, repeat, seed,
-    engine version and the study's measurement settings (`recorded`: profile_identity's)."""
+    engine version and the study's measurement settings (`recorded`: profile_identity's).
+    `profiles` ({arm name: profile_identity}) memoises the arms' profile identities over
+    many cells of one study: each one walks the local model folders' files."""
     arm = next(a for a in study.arms if a.name == cell.arm.name)
+    if profiles is None:
+        profile = profile_identity(arm.resolved, recorded)
+    else:
+        if arm.name not in profiles:
+            profiles[arm.name] = profile_identity(arm.resolved, recorded)
+        profile = profiles[arm.name]
     return {
-        "arm": {"name": arm.name, "profile": profile_identity(arm.resolved, recorded)},
+        "arm": {"name": arm.name, "profile": profile},
         "workload": cell.workload.model_dump(mode="json"),
         "concurrency": cell.concurrency,
         "sampling": cell.sampling.model_dump(mode="json"),
@@ -132,10 +141,12 @@ def cell_identity(study: Any, cell: Any, engine_version: str | None,
 
 
 def cell_id(study: Any, cell: Any, engine_version: str | None,
-            recorded: Mapping[str, str] | None = None) -> str:
+            recorded: Mapping[str, str] | None = None,
+            profiles: dict[str, dict] | None = None) -> str:
     """The results store's key for a cell measured on an engine of this version
-    (`recorded`: fingerprints of local folders absent here, profile_identity's)."""
-    return digest(cell_identity(study, cell, engine_version, recorded))
+    (`recorded`: fingerprints of local folders absent here, profile_identity's; `profiles`:
+    cell_identity's memo)."""
+    return digest(cell_identity(study, cell, engine_version, recorded, profiles))
 
 
 def recorded_fingerprints(manifest: Mapping[str, Any]) -> dict[str, str]:
