@@ -19,6 +19,7 @@
   prompts of 4-13 tokens, every other one repeating its first three tokens (n-gram hits).
 - `load_script(name)` (a function, likewise): a module of `scripts/` by file name, for the
   benchmark scripts' end-to-end tests (scripts/ is no package).
+- Order: the files that hold a `slow` test are collected first (`pytest_collection_modifyitems`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test files that hold a `slow` test run first, each file's tests still together (its
+    module fixtures are built once): under `make test`'s pytest-xdist workers (a file per
+    worker at a time, in this order) the longest file starts at once beside the rest rather
+    than last, alone (the notebooks' module fixture is a quarter of the suite)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
 
 READY = re.compile(r"Starting specrepro embedded server on (http://\S+)")
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 
 def run_test_target(tmp_path: Path, seeds: bool, extra_env: dict | None = None,
-                    args: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment `make test` gives pytest, in a checkout copy under tmp_path/repo."""
+                    args: tuple[str, ...] = (), cores: int = 1) -> dict[str, str]:
+    """The environment `make test` gives pytest, in a checkout copy under tmp_path/repo, on a
+    machine whose `nproc` says `cores` (the pytest arguments: `argv_of`)."""
     repo = tmp_path / "repo"
     repo.mkdir()
     (tmp_path / "shared" / "data").mkdir(parents=True)
@@ -42,12 +43,14 @@ def run_test_target(tmp_path: Path, seeds: bool, extra_env: dict | None = None,
     fake.write_text(f"#!/bin/sh\necho \"$@\" > {out}.argv\nenv > {out}\n")
     fake.chmod(0o755)
     tools = stand_ins(tmp_path / "bin", chromium=True)  # `browser` finds it: nothing to get
+    (tools / "nproc").unlink()
+    (tools / "nproc").write_text(f"#!/bin/sh\necho {cores}\n")
+    (tools / "nproc").chmod(0o755)
     env = {"PATH": f"{tools}:{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/root")}
     env.update(extra_env or {})
     done = subprocess.run(["make", "-s", "test", f"PY={fake}", *args], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert (out.parent / "env.txt.argv").read_text().split() == ["-m", "pytest", "-q"]
     got = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     return {k: got[k] for k in VARS if k in got}
 
@@ -59,6 +62,24 @@ def test_make_test_sets_what_ci_needs(tmp_path):
         "SPECREPRO_DATA_DIR": str(tmp_path / "shared" / "data"),
         "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false", "CI": "1"}
+
+
+def argv_of(tmp_path: Path) -> list[str]:
+    """The arguments the last `run_test_target` under tmp_path gave pytest."""
+    return (tmp_path / "env.txt.argv").read_text().split()
+
+
+@pytest.mark.parametrize("cores, args, workers", [
+    (1, (), None), (2, (), 2), (3, (), 3), (16, (), 4),
+    (16, ("TEST_WORKERS=0",), None), (1, ("TEST_WORKERS=3",), 3)])
+def test_the_tests_run_in_a_worker_per_core_up_to_four(tmp_path, cores, args, workers):
+    """pytest-xdist's workers on two or more cores (a file per worker at a time: module
+    fixtures are built once; in the order conftest collects), none on one core or where
+    TEST_WORKERS=0 says so."""
+    run_test_target(tmp_path, seeds=False, args=args, cores=cores)
+    parallel = [] if workers is None else ["-n", str(workers), "--dist", "loadfile",
+                                           "--no-loadscope-reorder"]
+    assert argv_of(tmp_path) == ["-m", "pytest", "-q", *parallel]
 
 
 def test_no_seeds_folder_leaves_the_variable_unset(tmp_path):
