@@ -25,10 +25,13 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -311,8 +314,28 @@ def engine_exports() -> Path:
     from specrepro.tools.export import drafters, nvfp4
 
     root = Path(__file__).resolve().parents[1]
-    if not (root / "build/engine-drafters/vllm/dflash").is_dir():
-        assert drafters.main(["--engine", "all", "--out", str(root / "build/engine-drafters")]) == 0
-    if not (root / "build/nvfp4-target").is_dir():
-        assert nvfp4.main(["--out", str(root / "build/nvfp4-target")]) == 0
+    build = root / "build"
+    build.mkdir(exist_ok=True)
+    exports = (("engine-drafters", "vllm/dflash",
+                lambda out: drafters.main(["--engine", "all", "--out", out])),
+               ("nvfp4-target", "", lambda out: nvfp4.main(["--out", out])))
+    # make test's pytest-xdist workers share the project root: one exports while the others
+    # wait on the lock, and a folder appears whole (written beside, then renamed), so a
+    # notebook reading the committed stores in another worker meanwhile finds it absent (it
+    # matches by the fingerprints the stores recorded) or complete, never half written
+    with open(build / ".engine-exports.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name, marker, export in exports:
+            final = build / name
+            if (final / marker).is_dir():
+                continue
+            if final.exists():  # an earlier export cut short: completed in place
+                assert export(str(final)) == 0
+                continue
+            scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=build))
+            try:
+                assert export(str(scratch / name)) == 0
+                (scratch / name).rename(final)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
     return root

@@ -349,8 +349,10 @@ def smoke_suite_on(checkpoint: Path, where: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def executed(tiny_checkpoint, tmp_path_factory):
-    """Every notebook run once (mode auto: it measures), then the index."""
+def executed(tiny_checkpoint, tmp_path_factory, engine_exports):
+    """Every notebook run once (mode auto: it measures), then the index; the build folders
+    the committed GPU stores' profiles name are there first (conftest.engine_exports), as
+    after `make all`, whichever test ran before."""
     where = tmp_path_factory.mktemp("smoke_notebooks")
     suite = smoke_suite_on(tiny_checkpoint, where)
     reports, figures = where / "reports", where / "figures"
