@@ -122,14 +122,11 @@ def cell_identity(study: Any, cell: Any, engine_version: str | None,
     `profiles` ({arm name: profile_identity}) memoises the arms' profile identities over
     many cells of one study: each one walks the local model folders' files."""
     arm = next(a for a in study.arms if a.name == cell.arm.name)
-    if profiles is None:
-        profile = profile_identity(arm.resolved, recorded)
-    else:
-        if arm.name not in profiles:
-            profiles[arm.name] = profile_identity(arm.resolved, recorded)
-        profile = profiles[arm.name]
+    profiles = {} if profiles is None else profiles
+    if arm.name not in profiles:
+        profiles[arm.name] = profile_identity(arm.resolved, recorded)
     return {
-        "arm": {"name": arm.name, "profile": profile},
+        "arm": {"name": arm.name, "profile": profiles[arm.name]},
         "workload": cell.workload.model_dump(mode="json"),
         "concurrency": cell.concurrency,
         "sampling": cell.sampling.model_dump(mode="json"),

@@ -270,21 +270,13 @@ def same_identity(study: ResolvedStudy, rows: pl.DataFrame,
     by_level: dict[tuple, list] = {}
     for cell in study.cells():
         by_level.setdefault(declared_key(cell), []).append(cell)
-    # a declared cell's id under one engine version, computed once, and each arm's profile
-    # identity once (it walks the local model folders' files): stored rows repeat a few
-    ids: dict[tuple[int, str | None], str] = {}
+    # each arm's profile identity once, not once a row: it walks the local model folders' files
     profiles: dict[str, dict] = {}
-
-    def declared_id(i: int, cell, version: str | None) -> str:
-        if (i, version) not in ids:
-            ids[i, version] = identity.cell_id(study, cell, version, recorded, profiles)
-        return ids[i, version]
-
     keep = []
     for row in rows.select([*CELL_KEY, "cell_id", "engine_version"]).iter_rows(named=True):
         cands = by_level.get(key_of(row), [])
-        keep.append(any(declared_id(id(c), c, row["engine_version"]) == row["cell_id"]
-                        for c in cands))
+        keep.append(any(identity.cell_id(study, c, row["engine_version"], recorded, profiles)
+                        == row["cell_id"] for c in cands))
     return keep
 
 
