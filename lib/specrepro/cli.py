@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("specrepro.store.compaction", "make a results store ready to commit: merge, fold, gzip logs"),
     "export-drafters": ("specrepro.tools.export.drafters", "write the drafters in the layouts vLLM and SGLang load"),
     "export-nvfp4": ("specrepro.tools.export.nvfp4", "write the target as NVFP4 (compressed-tensors) for vLLM"),
+    "export-fp8-drafter": ("specrepro.tools.export.fp8_drafter", "write a block drafter as an FP8 checkpoint vLLM loads (notebook 05)"),
     "export-standin": ("specrepro.tools.export.standin", "write the target and drafters inflated to a 27B-class byte budget"),
 }
 
