@@ -576,9 +576,12 @@ def test_h200_engine_profiles_state_what_changes_the_numbers(path: Path):
     want = DRAFTERS[spec.method]
     if standin and want:
         want = want.replace("engine-drafters", "standin")
+    if p.name.endswith("-fp8-drafter") and spec.quantization is None:
+        want += "-fp8"  # an FP8 checkpoint of the drafter (export-fp8-drafter), not a flag
     assert (p.drafter.id if p.drafter else None) == (want and want.format(engine=p.engine))
     # a quantized drafter says so after its draft count (the target's precision: below)
-    suffix = f"-{spec.quantization}-drafter" if spec.quantization else ""
+    suffix = (f"-{spec.quantization}-drafter" if spec.quantization
+              else "-fp8-drafter" if p.drafter and p.drafter.id.endswith("-fp8") else "")
     if p.name.endswith("-schedule"):  # article B's schedule, its top the profile's slots
         top = p.flags["max-num-seqs"]
         assert spec.num_speculative_tokens_per_batch_size == [[1, 12, 7], [13, top, 3]]
@@ -625,7 +628,10 @@ def test_h200_engine_profiles_cover_every_method_and_draft_count():
                        "vllm-0.26-standin-dflash-k3", "vllm-0.26-standin-dflash-k4",
                        "vllm-0.26-standin-dflash-k5", "vllm-0.26-standin-dflash-schedule",
                        "vllm-0.26-fp8-standin-dflash-k7",
-                       "sglang-0.5.14-standin-dflash-k7-fp8-drafter"}
+                       "sglang-0.5.14-standin-dflash-k7-fp8-drafter",
+                       # 05's FP8 drafter from its FP8 checkpoint (vLLM); SGLang's is kept
+                       # unbound, the record of why not SGLang
+                       "vllm-0.26-standin-dflash-k7-fp8-drafter"}
 
 
 @pytest.mark.parametrize("name, target, drafter", [
@@ -669,6 +675,25 @@ def test_h200_quantized_arms_render_their_precision_and_nothing_else(name, targe
     assert (p.model.id == nvfp4) == name.startswith("vllm-nvfp4-")
     if not name.startswith("vllm-nvfp4-"):
         assert p.model == base.model
+
+
+def test_the_standin_fp8_drafter_arm_changes_only_the_drafter_it_reads():
+    """05's FP8 drafter on vLLM is a checkpoint, not a flag: its command line is the BF16
+    arm's with the speculative config's model moved to the FP8 export, and no quantization
+    key anywhere (vLLM 0.26.0 takes the drafter's precision from its config.json)."""
+    import json
+
+    from specrepro.harness.engines import adapter_for
+
+    p = params.load_profile(PARAMS / "profiles" / "vllm-0.26-standin-dflash-k7-fp8-drafter.yaml")
+    base = params.load_profile(PARAMS / "profiles" / "vllm-0.26-standin-dflash-k7.yaml")
+    argv, base_argv = adapter_for(p).render_argv(p), adapter_for(base).render_argv(base)
+    i, j = argv.index("--speculative-config"), base_argv.index("--speculative-config")
+    spec, base_spec = json.loads(argv[i + 1]), json.loads(base_argv[j + 1])
+    assert spec == base_spec | {"model": "build/standin/vllm/dflash-fp8"}
+    assert "quantization" not in spec and "--quantization" not in argv
+    assert argv[:i] + argv[i + 2:] == base_argv[:j] + base_argv[j + 2:]
+    assert p.model == base.model and p.flags == base.flags and p.hardware == base.hardware
 
 
 def bound(suite: params.Suite) -> list[str]:
@@ -789,7 +814,7 @@ def test_the_h200_engines_article_b_arms():
 def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
     """Issue 31's suite (prepared, not measured): all seven notebooks on the stand-in
     (build/standin) as params/h200-engines.yaml binds them on the small target, vLLM 0.26.0
-    but for 04's engine B and 05 (SGLang 0.5.14), the articles' temperatures and levels and
+    but for 04's engine B (SGLang 0.5.14), the articles' temperatures and levels and
     beyond to the crossover, at least 32 prompts, one steady window sized for the card."""
     suite = params.load_suite(PARAMS / "h200-standin.yaml")
     assert suite.results_path == (ROOT / "results" / "h200-standin").resolve()
@@ -823,7 +848,12 @@ def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
     assert engines.pop("04_engine_comparison") == {
         "engine-a-none": "vllm", "engine-a-spec": "vllm",
         "engine-b-none": "sglang", "engine-b-spec": "sglang"}
-    assert set(engines.pop("05_fp8_drafter_gates").values()) == {"sglang"}
+    # 05 on vLLM: SGLang 0.5.14 cannot serve an FP8 block drafter, vLLM reads an FP8
+    # checkpoint of it (vllm-0.26-standin-dflash-k7-fp8-drafter)
+    assert {a.name: a.resolved.name for a in studies["05_fp8_drafter_gates"].arms
+            if a.noise_of is None} == {
+        "drafter-bf16": "vllm-0.26-standin-dflash-k7",
+        "drafter-fp8": "vllm-0.26-standin-dflash-k7-fp8-drafter"}
     assert all(set(e.values()) == {"vllm"} for e in engines.values())
     levels = {nb: st.concurrency for nb, st in studies.items()}
     LEVELS = {"01_drafter_block_sweep": [1, 2, 4, 8, 16, 32, 64, 128],
@@ -868,7 +898,7 @@ def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
         assert [a.name for a in st.arms][:len(theirs)] == theirs, nb
         assert st.baseline == engines_suite[nb].baseline, nb
         assert st.gates == engines_suite[nb].gates, nb
-    # 03: one drafter, three precisions of the stand-in; 05: one drafter, FP8 asked of SGLang
+    # 03: one drafter, three precisions of the stand-in; 05: the drafter and its FP8 checkpoint
     precision = {a.name: (a.resolved.flags.get("quantization"), a.resolved.model.id,
                           a.resolved.drafter.id, a.resolved.speculative.num_speculative_tokens)
                  for a in studies["03_target_precision"].arms if a.noise_of is None}
@@ -878,7 +908,7 @@ def test_the_h200_standin_suite_binds_every_notebook_to_the_standin():
         "target-fp8": ("fp8", "build/standin/target", "build/standin/vllm/dflash", 7)}
     assert [(a.resolved.drafter.id, a.resolved.speculative.quantization)
             for a in studies["05_fp8_drafter_gates"].arms if a.noise_of is None] == [
-        ("build/standin/sglang/dflash", None), ("build/standin/sglang/dflash", "fp8")]
+        ("build/standin/vllm/dflash", None), ("build/standin/vllm/dflash-fp8", None)]
     # 07: the KV pool of each arm at one memory setting (the slots set graphs, not the pool)
     memory = {tuple(a.resolved.flags.get(k) for k in ("gpu-memory-utilization",
                                                       "max-model-len", "kv-cache-dtype"))
