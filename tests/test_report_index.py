@@ -345,11 +345,14 @@ def test_the_same_arm_at_another_size_is_another_arm_and_unreadable_stores_are_n
     assert "02_temperature_spread.ipynb: no results store at" in html
 
 
-def test_where_tested_counts_the_checks_each_substrate_tested():
+def test_where_tested_gives_each_substrates_verdict_and_the_checks_it_tested():
     from specrepro.analysis.render import where_tested
 
     assert where_tested.substrate_cell({"status": "measured", "checks": ["✓", "–", "≈", "–"]}
                                        ) == "1 of 4 tested ✓–≈–"
+    assert where_tested.substrate_cell(
+        {"status": "measured", "checks": ["✗", "✓", "–"], "symbol": "✗",
+         "outcome": "does not hold"}) == "✗ does not hold: 2 of 3 tested ✗✓–"
     assert where_tested.substrate_cell({"status": "measured", "checks": ["–", "≈"]}
                                        ) == "none of 2 tested –≈"
     assert where_tested.substrate_cell({"status": "not measured"}) == "not measured"

@@ -109,6 +109,13 @@ window.addEventListener('load', () => setTimeout(() => {
   r.verdict_line = vl && shown(vl) ? text(vl) : null;
   r.precondition = [...document.querySelectorAll('p')].some(
     p => shown(p) && /Precondition, .+ Measured, at each arm's lowest level: /.test(text(p)));
+  // issue 42: the index opens with the stand-in suite's verdicts (where-tested's first
+  // substrate column): its header and each finding's cell as shown
+  const wt = document.querySelector('table#where-tested');
+  r.where = wt && wt.tHead ? {head: [...wt.tHead.rows[0].cells].map(text),
+    rows: [...wt.tBodies[0].rows].map(tr => [tr.dataset.notebook, ...[...tr.cells].slice(1).map(text)]),
+    first: wt.compareDocumentPosition(document.querySelector('table#summary') || wt)
+      & Node.DOCUMENT_POSITION_FOLLOWING ? true : false} : null;
   r.page_width = document.documentElement.scrollWidth;
   r.window_width = window.innerWidth;
   const out = document.createElement('pre');
@@ -163,6 +170,28 @@ def substrate_problems(name: str, found: dict | None) -> list[str]:
     return problems
 
 
+def where_problems(name: str, found: dict | None, verdicts: bool) -> list[str]:
+    """The index's first table as a reader sees it: above the summary, the stand-in suite
+    (substrates.SUITES[0]) as its first substrate column, and (verdicts=True: reports that
+    replayed the committed stores) a verdict there for every finding whose stand-in store
+    holds cells (the committed results decide which)."""
+    if found is None:
+        return [f"{name}: no table#where-tested"]
+    problems = [] if found["first"] else [f"{name}: table#where-tested is not above table#summary"]
+    if len(found["head"]) < 2 or found["head"][1] != SUITES[0].role:
+        problems.append(f"{name}: table#where-tested's first substrate is "
+                        f"{found['head'][1:2]}, expected {SUITES[0].role!r}")
+    store = ROOT / yaml.safe_load((ROOT / SUITES[0].params).read_text())["results_dir"].replace(
+        "../", "", 1)
+    verdict = re.compile(rf"^\S+ ({'|'.join(map(re.escape, OUTCOMES))}): ")
+    for nb, *cells in found["rows"] if verdicts else []:
+        measured = any((store / nb).rglob("*.parquet"))
+        if measured and not (cells and verdict.match(cells[0])):
+            problems.append(f"{name}: table#where-tested, {nb}: no stand-in verdict "
+                            f"(shows {cells[:1]})")
+    return problems
+
+
 def page_problems(page: Path, work: Path, chromium_path: str, *, index: bool = False,
                   rows: int = len(NOTEBOOK_IDS), substrates: bool = False) -> list[str]:
     """What a reviewer would find wrong with a report (or, index=True, the index), in words;
@@ -191,6 +220,8 @@ def page_problems(page: Path, work: Path, chromium_path: str, *, index: bool = F
                      for table, col, ok in r["columns"] if not ok]
         if not r["columns"]:
             problems.append(f"{name}: no table header found")
+    if index:
+        problems += where_problems(name, r["where"], substrates)
     if index and len(verdicts) != rows:
         problems.append(f"{name}: {len(verdicts)} findings in table#summary, expected {rows}")
     if not r["summary_fits"]:
@@ -409,8 +440,9 @@ def test_a_second_run_replays_without_measuring(executed, capfd):
 @pytest.mark.slow
 @pytest.mark.chromium
 def test_index_and_every_report_pass_the_browser_check(executed, chromium, tmp_path):
-    """Every report and the index, with the substrates table of each (the committed H200
-    and CPU stores, three substrates side by side) read in the browser as well."""
+    """Every report and the index, with the substrates table of each (the stand-in's H100
+    store and the committed H200 and CPU stores, four substrates side by side) read in the
+    browser as well."""
     reports = executed["reports"]
     problems = page_problems(reports / "index.html", tmp_path / "w", chromium, index=True,
                              substrates=True)
@@ -418,6 +450,16 @@ def test_index_and_every_report_pass_the_browser_check(executed, chromium, tmp_p
         problems += page_problems(reports / f"{nb}.html", tmp_path / "w", chromium,
                                   substrates=True)
     assert not problems, "\n".join(problems)
+    # the index opens with the stand-in's verdicts, and the check can fail: one taken out
+    index = (reports / "index.html").read_text(encoding="utf-8")
+    row = index.index("<tr data-notebook='01_drafter_block_sweep'>", index.index("where-tested"))
+    cell = index.index("<td>", index.index("</td>", row)) + len("<td>")
+    (reports / "no_standin.html").write_text(index[:cell] + "pending" + index[
+        index.index("</td>", cell):], encoding="utf-8")
+    found = page_problems(reports / "no_standin.html", tmp_path / "w", chromium, index=True,
+                          substrates=True)
+    assert "no_standin.html: table#where-tested, 01_drafter_block_sweep: no stand-in verdict " \
+        "(shows ['pending'])" in found
     # the check can fail: the first substrate's verdict in the first row made unreadable
     page = (reports / "05_fp8_drafter_gates.html").read_text(encoding="utf-8")
     first = page.index('<tr class="substrate-check">')  # as nbconvert writes it

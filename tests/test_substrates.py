@@ -18,7 +18,7 @@ from specrepro.analysis.verdict.verdicts import CheckResult, verdict
 from specrepro.params import ParamsError
 from specrepro.store import load_cells
 
-ENGINES, EMBEDDED_H200, CPU = SUITES
+STANDIN, ENGINES, EMBEDDED_H200, CPU = SUITES
 # the committed H200 stores are keyed by the exported folders' fingerprints
 pytestmark = pytest.mark.usefixtures("engine_exports")
 
@@ -28,9 +28,12 @@ def nb01():
     return compare("01_drafter_block_sweep")
 
 
-def test_01_has_all_three_substrates_with_the_same_rules(nb01):
+def test_01_has_all_four_substrates_with_the_same_rules(nb01):
     by = {s.ref: s for s in nb01.substrates}
     assert [s.ref for s in nb01.substrates] == list(SUITES)
+    # the stand-in first, named as the small target's suites are, then which target it is
+    assert by[STANDIN].name == "vLLM 0.26.0 on 1x NVIDIA H100 80GB HBM3, the stand-in"
+    assert by[STANDIN].status == "measured" and by[STANDIN].tag.endswith("(the stand-in)")
     assert by[ENGINES].name == "vLLM 0.26.0 on 1x NVIDIA H200"
     stored = load_cells(substrates.project_root() / "results/h200-engines/01_drafter_block_sweep")
     assert stored.height == 60  # every declared cell, 2026-12-02
@@ -150,8 +153,8 @@ def test_04_on_the_real_engines_is_whole_and_judged():
                                          "(measured: GPU 5% busy while 'engine-a-spec'")
     assert s.checks[1].measured.startswith("+2.9% (808 tok/s")
     assert s.checks[2].measured.startswith("-22.4% (472 tok/s")
-    assert cmp.teaching().startswith("The finding on vLLM and SGLang on the H200: not testable "
-                                     "here: none of 3 checks tested")
+    assert ("on vLLM and SGLang on the H200: not testable here: none of 3 checks tested"
+            in cmp.teaching())
 
 
 def test_05_on_sglang_the_fp8_drafter_was_never_served():
@@ -178,17 +181,24 @@ def test_01_teaching_line_names_the_changes_and_the_effects(nb01):
     line = nb01.teaching()
     # on both H200 substrates the outputs loop (acceptance) and the GPU is 5-40 % busy
     # (speed): nothing there tests the article; the CPU judges every check (issue 30)
-    assert line.startswith(
-        "The finding on vLLM on the H200: not testable here: none of 5 checks tested (5 not "
-        "testable here: the outputs are mostly loops, a weight-read decode step absent x4); ")
+    # the stand-in first, where the step is a weight read: every check tested there
+    assert line.startswith("The finding on vLLM on the H100 (the stand-in): does not hold: "
+                           "5 of 5 checks tested (4 does not hold, 1 holds); ")
+    assert ("; on vLLM on the H200: not testable here: none of 5 checks tested (5 not "
+            "testable here: the outputs are mostly loops, a weight-read decode step absent "
+            "x4); ") in line
     # issue 38: the CPU's speed checks lack the mechanism; its one tested check is said
     # with its coverage, never as the finding's plain verdict
     assert ("on the embedded engine on the CPU: does not hold: 1 of 5 checks tested (1 does "
             "not hold; 4 not testable here: a weight-read decode step absent x4)") in line
     assert ("“At one stream the block drafter at 5 drafts keeps more tokens per step than MTP” "
-            "(does not hold on the embedded engine on the CPU: +35.3% in the article, -1.9% on "
+            "(does not hold on vLLM on the H100 (the stand-in) and the embedded engine on the "
+            "CPU: +35.3% in the article, -6.6% on vLLM on the H100 (the stand-in), -1.9% on "
             "the embedded engine on the CPU)") in line
-    assert "4 of 5 checks are not tested (not testable or not resolvable)" in line
+    # the checks only the stand-in tests, each with its effect there
+    assert ("“At one stream the two run the same step (about 121 ms each in the article)” "
+            "(does not hold on vLLM on the H100 (the stand-in): +0.0% in the article, +11.6% "
+            "on vLLM on the H100 (the stand-in))") in line
 
 
 def test_06_h200_embedded_is_whole():

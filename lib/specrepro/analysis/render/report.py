@@ -21,14 +21,14 @@ Design:
   and each article's), the generation time, the commit, and the params file the notebooks
   ran.
 - The claims on each substrate (`substrates_table`): one row per finding, one column per
-  substrate of `substrates.SUITES` (the real engines on the H200, the embedded engine on the
-  H200, the embedded engine on the CPU), each cell the finding's verdict there (symbol and
-  word), its checks' symbols and how much was stored, and the line on what the difference
-  teaches; read from the output metadata `substrates` (`show.show_substrates`). A table of
-  its own rather than three more columns in the claims table: that table is already eight
-  fixed columns of one row per check with long values, and three more would squeeze each
-  to about 100 px at 1,400; a row per finding by three substrates reads at a glance, with room
-  for the teaching lines.
+  substrate of `substrates.SUITES` (the stand-in on the real engines, the small target on the
+  real engines and on the embedded engine on the H200, the embedded engine on the CPU), each
+  cell the finding's verdict there (symbol and word), its checks' symbols and how much was
+  stored, and the line on what the difference teaches; read from the output metadata
+  `substrates` (`show.show_substrates`). A table of its own rather than four more columns in
+  the claims table: that table is already eight fixed columns of one row per check with long
+  values, and four more would squeeze each to about 90 px at 1,400; a row per finding by four
+  substrates reads at a glance, with room for the teaching lines.
 - The same arm measured by several notebooks: `arms_across.section`.
 - Every column a table shows is explained where it is read: a caption above the table with
   one note per column (`<span class="col-note" data-column=NAME>`, NAME the header's

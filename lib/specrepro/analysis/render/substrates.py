@@ -1,11 +1,14 @@
-"""Three substrates in every report: the article's values, then each check of
-the claim judged by the same rule on every suite that stored results for the notebook.
+"""The substrates in every report: the article's values, then each check of the claim
+judged by the same rule on every suite that stored results for the notebook.
 
 Design:
-- The substrates are data: `SUITES` names their params files, in the table's order: the real
-  engines on the H200 (params/h200-engines.yaml), the embedded engine on the same H200
+- The substrates are data: `SUITES` names their params files, in the table's order: the
+  stand-in on the real engines (params/h100-standin.yaml: the articles' regime, a decode step
+  that reads 22.5 GB), the small target on the real engines on the H200
+  (params/h200-engines.yaml), the embedded engine on the same H200
   (params/h200-embedded.yaml), and the embedded engine on the CPU (params/default.yaml, the
-  suite `make all` renders). A constant, not discovered from params/*.yaml: a substrate with
+  suite `make all` renders). A suite whose target is not the small one names it after the
+  engines and card ("vLLM 0.26.0 on 1x NVIDIA H100, the stand-in"). A constant, not discovered from params/*.yaml: a substrate with
   nothing stored for a notebook must still be a column ("not measured", never a number),
   which discovery would drop, and the suites with no committed results (h200.yaml,
   rtx-pro-6000.yaml, dgx-spark-gb10.yaml, smoke.yaml) would add columns of nothing.
@@ -65,9 +68,18 @@ from specrepro.params import ParamsError, load_suite, resolve_study
 class SuiteRef:
     params: str  # relative to the project root
     role: str    # what it stands for where it measured nothing
+    target: str = ""  # said after the engines and card where it is not the small target
 
 
-SUITES = (SuiteRef("params/h200-engines.yaml", "the real engines (vLLM, SGLang) on 1x NVIDIA H200"),
+# The stand-in first: its target's step is a weight read, the articles' regime, so its
+# verdicts are the answer; then the small target on the real engines and the embedded engine
+# (host-bound on the H200), and the CPU. The stand-in's cells are on the H100: no H200 was
+# lent for them (params/h100-standin.yaml); params/h200-standin.yaml takes this place once
+# it has stored results.
+SUITES = (SuiteRef("params/h100-standin.yaml",
+                   "the stand-in on the real engines (vLLM, SGLang), 1x NVIDIA H100",
+                   "the stand-in"),
+          SuiteRef("params/h200-engines.yaml", "the real engines (vLLM, SGLang) on 1x NVIDIA H200"),
           SuiteRef("params/h200-embedded.yaml", "the embedded engine on 1x NVIDIA H200"),
           SuiteRef("params/default.yaml", "the embedded engine on CPU"))
 NOT_MEASURED = "not measured"
@@ -145,13 +157,14 @@ def replay(params_file: str | Path, notebook_id: str) -> Finding:
     return from_store(notebook_id, study, suite, store, cells)
 
 
-def _tag(f: Finding) -> str:
+def _tag(f: Finding, target: str = "") -> str:
     words = [{"embedded": "the embedded engine"}.get(e, engine_words(e)) for e in
              dict.fromkeys(f.cells["engine"].drop_nulls().to_list())]
     where = card(f)
-    where = ("the " + where.split("x ", 1)[1].replace("NVIDIA ", "") if not where.startswith("CPU")
-             else "the CPU")
-    return f"{' and '.join(words)} on {where}"
+    # the card's model only ("1x NVIDIA H100 80GB HBM3" -> "the H100"): the name says the rest
+    where = ("the " + where.split("x ", 1)[1].replace("NVIDIA ", "").split()[0]
+             if not where.startswith("CPU") else "the CPU")
+    return f"{' and '.join(words)} on {where}" + (f" ({target})" if target else "")
 
 
 def substrate(ref: SuiteRef, notebook_id: str, claims: Claims) -> Substrate:
@@ -161,8 +174,9 @@ def substrate(ref: SuiteRef, notebook_id: str, claims: Claims) -> Substrate:
     except FindingError as why:
         return Substrate(ref, ref.role, ref.role.replace("1x NVIDIA ", "the "), why=str(why))
     v = verdict(f, claims)
-    name = f"{', '.join(engine_names(f)) or 'no engine'} on {card(f)}"
-    return Substrate(ref, name, _tag(f), "partial" if f.missing else "measured",
+    name = f"{', '.join(engine_names(f)) or 'no engine'} on {card(f)}" + (
+        f", {ref.target}" if ref.target else "")
+    return Substrate(ref, name, _tag(f, ref.target), "partial" if f.missing else "measured",
                      partial_text(f), f.declared - f.missing, f.declared, measured_substrate(f),
                      v.outcome, v.symbol, [c for c in v.checks if not c.substitute],
                      _busy_words(f))

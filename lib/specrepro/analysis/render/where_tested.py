@@ -4,10 +4,12 @@ Design:
 - One row per finding, one column per stored substrate (analysis/render/substrates.py `SUITES`) and
   one for the stand-in suites, which measure the articles' mechanism (a target whose step is
   a weight read) and are the answer's home once measured.
-- A substrate's cell counts the checks it tested against those it could not: "2 of 4 tested"
-  with the checks' symbols, "none tested" (every check not testable or not resolvable there),
-  or "not measured". The counts come from the reports' substrates metadata, the verdicts'
-  own outcomes: nothing is judged here.
+- A substrate's cell is the finding's verdict there, then the checks it tested against those
+  it could not: "✗ does not hold: 2 of 4 tested" with the checks' symbols, "none of 4
+  tested" (every check not testable or not resolvable there), or "not measured". The
+  stand-in suite is the first column, so the first screen opens with its verdicts. Verdicts
+  and counts come from the reports' substrates metadata, the verdicts' own outcomes:
+  nothing is judged here.
 - A stand-in cell is "pending: not yet measured" where no suite of `STANDINS` stored anything
   for the finding, else which stored it (replayed by `make all PARAMS=<suite>`). A constant,
   as `SUITES` is: the stand-in suites are the project's, not discovered.
@@ -31,13 +33,15 @@ def _e(x) -> str:
 
 
 def substrate_cell(sub: dict | None) -> str:
-    """'2 of 4 tested ✓✓–≈', 'none of 4 tested', or 'not measured'."""
+    """'✗ does not hold: 2 of 4 tested ✓✗–≈', '– not testable here: none of 4 tested', or
+    'not measured': the finding's verdict there, then how much of it was tested."""
     if sub is None or sub.get("status") == "not measured":
         return "not measured"
     marks = sub.get("checks") or []
     tested = sum(m not in UNTESTED_SYMBOLS for m in marks)
     head = f"{tested} of {len(marks)} tested" if tested else f"none of {len(marks)} tested"
-    return f"{head} {''.join(marks)}".strip()
+    verdict = f"{sub.get('symbol') or ''} {sub.get('outcome') or ''}".strip()
+    return (f"{verdict}: " if verdict else "") + f"{head} {''.join(marks)}".strip()
 
 
 def standin_cell(notebook_id: str, root: Path | None = None) -> str:
@@ -57,10 +61,11 @@ def standin_cell(notebook_id: str, root: Path | None = None) -> str:
 
 
 NOTES = (("finding", "the notebook"),
-         ("substrate", ("one stored suite (analysis/render/substrates.py): how many of the finding's "
-                        "checks it tested, and each check's symbol (– not testable here: the "
-                        "mechanism is absent; ≈ not resolvable here: the noise is at least "
-                        "the article's effect)")),
+         ("substrate", ("one stored suite (analysis/render/substrates.py), the stand-in "
+                        "first: the finding's verdict there, how many of its checks it tested, "
+                        "and each check's symbol (– not testable here: the mechanism is "
+                        "absent; ≈ not resolvable here: the noise is at least the article's "
+                        "effect)")),
          ("stand-in", ("the stand-in suites (params/h200-standin.yaml, h100-standin.yaml), "
                        "whose target's step is a weight read: stored, or pending")))
 
@@ -82,7 +87,9 @@ def table(reports) -> str:
                     f"<td class='standin'>{_e(standin_cell(rep.id))}</td></tr>")
     return ("<h2 id='where'>Where each finding can be tested</h2>"
             "<table id='where-tested' class='specrepro where index'><caption class="
-            "'column-notes'>How many of each finding's checks each substrate tested. The CPU "
+            "'column-notes'>Each finding's verdict on each substrate and how many of its "
+            "checks were tested there; the stand-in comes first, because its target's step is a "
+            "weight read, as the articles' 27B targets' is. The CPU "
             "suite cannot express the speed mechanism (a speculative step there costs more "
             "one-token decodes than the bound its reports print beside the articles') and the "
             "small target leaves the H200 mostly idle, so their speed checks read – not "
