@@ -461,7 +461,7 @@ def test_index_and_every_report_pass_the_browser_check(executed, chromium, tmp_p
     assert "no_standin.html: table#where-tested, 01_drafter_block_sweep: no stand-in verdict " \
         "(shows ['pending'])" in found
     # the check can fail: the first substrate's verdict in the first row made unreadable
-    page = (reports / "05_fp8_drafter_gates.html").read_text(encoding="utf-8")
+    page = (reports / "01_drafter_block_sweep.html").read_text(encoding="utf-8")
     first = page.index('<tr class="substrate-check">')  # as nbconvert writes it
     cut = page.index('data-outcome="', first)
     bad = reports / "bad_substrates.html"
