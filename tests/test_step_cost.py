@@ -300,6 +300,16 @@ def test_a_profile_finds_its_target_by_model_id_and_the_quantization_it_is_serve
     assert cells_mod.target_record(prof) == record
 
 
+def test_05s_fp8_drafter_checkpoint_is_priced_by_its_own_record():
+    """The stand-in's FP8 drafter (export-fp8-drafter) is its own record, half the BF16
+    drafter's bytes less the q/k/v kept in bf16, not the BF16 drafter's bytes."""
+    prof = params.load_profile(
+        ROOT / "params" / "profiles-h100" / "vllm-0.26-standin-dflash-k7-fp8-drafter.yaml")
+    assert cells_mod._records(prof, "dflash") == ("standin-target", "standin-dflash-fp8")
+    fp8, bf16 = data.model("standin-dflash-fp8"), data.model("standin-dflash")
+    assert 0.5 < fp8.weights.n_bytes / bf16.weights.n_bytes < 0.52
+
+
 def test_the_fp8_target_is_not_the_bf16_records_and_an_unknown_quantization_has_none():
     assert data.model_by_id("build/standin/target", "fp8") == "standin-target-fp8"
     assert data.model_by_id("build/standin/target") == "standin-target"
