@@ -357,3 +357,8 @@ def test_where_tested_gives_each_substrates_verdict_and_the_checks_it_tested():
                                        ) == "none of 2 tested –≈"
     assert where_tested.substrate_cell({"status": "not measured"}) == "not measured"
     assert where_tested.substrate_cell(None) == "not measured"
+    # the stand-in suites: where stored, pending, or (excluded by both) why not theirs
+    assert where_tested.standin_cell("01_drafter_block_sweep").startswith(
+        "stored on h100-standin.yaml (replay: make all PARAMS=params/h100-standin.yaml)")
+    assert where_tested.standin_cell("08_step_cost").startswith(
+        "not a stand-in finding: it reads the stand-in's stored cells")

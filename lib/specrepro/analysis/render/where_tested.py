@@ -11,7 +11,8 @@ Design:
   and counts come from the reports' substrates metadata, the verdicts' own outcomes:
   nothing is judged here.
 - A stand-in cell is "pending: not yet measured" where no suite of `STANDINS` stored anything
-  for the finding, else which stored it (replayed by `make all PARAMS=<suite>`). A constant,
+  for the finding, else which stored it (replayed by `make all PARAMS=<suite>`), or, where
+  every stand-in suite excludes the finding, the suites' reason (08 reads their cells itself). A constant,
   as `SUITES` is: the stand-in suites are the project's, not discovered.
 """
 
@@ -45,19 +46,26 @@ def substrate_cell(sub: dict | None) -> str:
 
 
 def standin_cell(notebook_id: str, root: Path | None = None) -> str:
-    """Which stand-in suite stored results for the finding, or that it is pending."""
+    """Which stand-in suite stored results for the finding, that it is pending, or (every
+    stand-in suite excludes it) why it is not a stand-in finding."""
     root = root or project_root()
-    stored = []
+    stored, excluded = [], []
     for params in STANDINS:
         try:
             suite = load_suite(root / params)
         except (ParamsError, OSError):
             continue
+        if notebook_id in suite.excluded:
+            excluded.append(" ".join(suite.excluded[notebook_id].split()))
+            continue
         folder = suite.results_path / notebook_id
         if folder.is_dir() and any(folder.rglob("*.parquet")):
             stored.append(Path(params).name)
-    return (f"stored on {', '.join(stored)} (replay: make all PARAMS=params/{stored[0]})"
-            if stored else "pending: not yet measured")
+    if stored:
+        return f"stored on {', '.join(stored)} (replay: make all PARAMS=params/{stored[0]})"
+    if excluded and len(excluded) == len(STANDINS):
+        return f"not a stand-in finding: {excluded[0]}"
+    return "pending: not yet measured"
 
 
 NOTES = (("finding", "the notebook"),
