@@ -124,6 +124,11 @@ def test_a_standin_part_is_keyed_by_recipe_and_the_same_each_time(bf16_drafter, 
     ex.export_fp8_drafter(part, out)  # written again: replaced whole, same identity
     assert identity.local_model_fingerprint(str(out)) == fp
     elsewhere = ex.export_fp8_drafter(part, tmp_path / "other" / "fp8")
+    # a part changed since its export is no stand-in part: its copy is hashed, not keyed
+    (part / "extra.txt").write_text("changed")
+    changed = ex.export_fp8_drafter(part, tmp_path / "changed")
+    assert not changed["standin"] and (tmp_path / "changed" / "export.json").is_file()
+    (part / "extra.txt").unlink()
     assert json.loads((Path(elsewhere["out"]) / "standin.json").read_text())["part"] == \
         "vllm/dflash-fp8"
 

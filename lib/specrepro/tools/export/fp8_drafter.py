@@ -183,11 +183,19 @@ def _part(drafter: Path, source_part: str, out: Path) -> str:
 
 
 def _standin_meta(drafter: Path) -> dict | None:
-    """The source folder's stand-in recipe and part, if it is a stand-in part."""
+    """The source folder's stand-in recipe and part, if it is a stand-in part whose files are
+    the ones its recipe lists at the sizes it records (identity.standin_recipe's rule: a
+    folder changed since its export is hashed, so its FP8 copy must not claim the recipe)."""
     try:
         meta = json.loads((drafter / RECIPE).read_text())
+        files = meta["files"]
+        on_disk = {p.relative_to(drafter).as_posix() for p in drafter.rglob("*")
+                   if p.is_file() and p.name != RECIPE}
+        if on_disk != set(files) or any((drafter / f).stat().st_size != n
+                                        for f, n in files.items()):
+            return None
         return {"recipe": meta["recipe"], "part": meta["part"]}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
