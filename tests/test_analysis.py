@@ -736,6 +736,16 @@ def test_a_missing_exported_drafter_is_named_when_nothing_replays(tmp_path, monk
     assert pipeline.missing_local_folders(study) == ""
 
 
+def test_a_study_never_measured_names_no_folders_for_cells_it_does_not_have(tmp_path):
+    # the stand-in suites' profiles name build/standin/... (written on the GPU machine): where
+    # nothing was ever stored, no cell could match them, so the error does not blame them
+    with pytest.raises(finding_mod.FindingError) as err:
+        pipeline.load_finding(ROOT / "params" / "h200-standin.yaml", "05_fp8_drafter_gates",
+                              mode="replay", results_dir=tmp_path)
+    assert "it was never measured" in str(err.value)
+    assert "do not exist here" not in str(err.value)
+
+
 def test_a_missing_nvfp4_target_is_named_with_its_exporter(tmp_path, monkeypatch):
     # notebook 03's NVFP4 arm on vLLM serves build/nvfp4-target (git-ignored), which
     # `specrepro export-nvfp4` writes; the BF16 and FP8 arms serve models/embedded

@@ -133,7 +133,11 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
             f"`specrepro run "
             f"{suite_file} --notebook {notebook_id}`; its cells are stored under "
             f"{_shown(store_root.parent)}/"
-            + missing_local_folders(study) + probe_answers(study, base, suite.run_id, suite_file))
+            # the folders only matter where cells are stored and none matched; a store
+            # that was never written has nothing they could match
+            + (missing_local_folders(study) if any(ResultStore(base, study.name, suite.run_id)
+                                                   .cells_dir.glob("*.parquet")) else "")
+            + probe_answers(study, base, suite.run_id, suite_file))
     return from_store(notebook_id, study, suite, store_root, stored, measured, why_not)
 
 
