@@ -94,3 +94,20 @@ def test_an_arms_records_are_its_own_profile_as_resolved_now():
     assert (older["starts"], older["KV pool (tokens)"]) == (1, 100)
     assert len(rows) == 3  # arms with no record are left out
     assert engine_starts.starts(study, {"sessions": []}).height == 0
+
+
+def test_the_weights_each_arm_loaded_are_its_start_logs_figure():
+    """vLLM's "Model loading took N GiB" (target and drafter) per arm: on the H100 stand-in,
+    the BF16 target 24.3 GiB, FP8 13.85 and NVFP4 9.25, the drafter BF16 in all three (the
+    figure that shows an FP8 drafter, notebook 05, falling by what FP8 saves)."""
+    suite = load_suite(ROOT / "params" / "h100-standin.yaml")
+    study = resolve_study(suite, "03_target_precision")
+    manifest = ResultStore(ROOT / "results" / "h100-standin", study.name,
+                           suite.run_id).manifest()
+    rows = {r["arm"]: r["weights in memory (GiB)"]
+            for r in engine_starts.starts(study, manifest).iter_rows(named=True)}
+    by_name = {a.name: rows.get(a.label or a.name) for a in study.arms}
+    assert (by_name["target-bf16"], by_name["target-fp8"], by_name["target-nvfp4"]) == (
+        24.3, 13.85, 9.25)
+    assert engine_starts._weights_gib({"phases": {}}) is None
+    assert engine_starts._weights_gib({}) is None

@@ -7,7 +7,9 @@ manifest (harness/arm_engine.py), with `startup`: what the engine's own log said
 running-request cap where the engine prints one (SGLang), the attention backend and the
 kernels it chose (vLLM's "Using MarlinNvFp4LinearKernel for NVFP4 GEMM" on a GPU with no FP4
 tensor cores: article B's "zero Marlin" check turned around; "Selected
-CutlassFP8ScaledMMLinearKernel" for online FP8). This module folds those entries into one
+CutlassFP8ScaledMMLinearKernel" for online FP8) and the GiB its weights took (vLLM's "Model
+loading took", target and drafter: an FP8 drafter shows as this falling by what FP8 saves,
+article B's 24.98 to 23.26 GiB). This module folds those entries into one
 row per arm of the study:
 - an entry belongs to an arm when its arm name matches and it was launched from the arm's
   profile as resolved now (`identity.profile_hash`; entries older than the hash, by profile
@@ -23,6 +25,8 @@ row per arm of the study:
 """
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from specrepro import identity
@@ -34,10 +38,12 @@ COLUMNS = {
     "ready (s)": pl.String, "KV pool (tokens)": pl.Int64,
     "full-length requests the pool holds": pl.Float64, "running-request cap": pl.Int64,
     "attention": pl.String, "kernels the engine chose": pl.String,
+    "weights in memory (GiB)": pl.Float64,
 }
 CAPTION = ("How each arm's engine started: what the engine logged at start-up, from the "
            "manifest's engine records (the latest successful start; ready time over every "
-           "start; a failed start's error is in the manifest)")
+           "start; a failed start's error is in the manifest; weights in memory: the engine's "
+           "own figure for target and drafter together, vLLM's \"Model loading took\")")
 
 
 def _entries(manifest: dict, arm: ResolvedArm, want: str | None) -> list[dict]:
@@ -52,6 +58,17 @@ def _entries(manifest: dict, arm: ResolvedArm, want: str | None) -> list[dict]:
                 continue
             out.append(eng)
     return out
+
+
+_LOADED = re.compile(r"([\d.]+) GiB")
+
+
+def _weights_gib(startup: dict) -> float | None:
+    """The GiB the engine said its weights took ("Model loading took 24.3 GiB and 4.6
+    seconds": vLLM's, target and drafter together; `phases.model_loading`), or None. Article
+    B's evidence that its drafter ran in FP8 is this figure falling (24.98 to 23.26 GiB)."""
+    m = _LOADED.match((startup.get("phases") or {}).get("model_loading") or "")
+    return float(m.group(1)) if m else None
 
 
 def _kernels(startup: dict) -> str:
@@ -70,8 +87,11 @@ def _ready(ok: list[dict]) -> str:
 def starts(study: ResolvedStudy, manifest: dict) -> pl.DataFrame:
     """One row per arm with a launch in the manifest (COLUMNS), in the study's arm order."""
     rows = []
+    # a local folder absent here (the stand-in, written on the GPU machine) enters the hash
+    # by the fingerprint the manifest recorded where it was served, as the cells are matched
+    recorded = identity.recorded_fingerprints(manifest)
     for arm in study.arms:
-        now = identity.profile_hash(arm.resolved)
+        now = identity.profile_hash(arm.resolved, recorded)
         entries = _entries(manifest, arm, now)
         label = arm.label or arm.name
         if not entries:  # only starts under another form of the profile, or none at all
@@ -96,5 +116,6 @@ def starts(study: ResolvedStudy, manifest: dict) -> pl.DataFrame:
             "running-request cap": up.get("max_running_requests"),
             "attention": up.get("attention_backend"),
             "kernels the engine chose": _kernels(up) or None,
+            "weights in memory (GiB)": _weights_gib(up),
         })
     return pl.DataFrame(rows, schema=COLUMNS)
