@@ -8,7 +8,8 @@ Design:
   (params/h200-engines.yaml), the embedded engine on the same H200
   (params/h200-embedded.yaml), and the embedded engine on the CPU (params/default.yaml, the
   suite `make all` renders). A suite whose target is not the small one names it after the
-  engines and card ("vLLM 0.26.0 on 1x NVIDIA H100, the stand-in"). A constant, not discovered from params/*.yaml: a substrate with
+  engines and card ("vLLM 0.26.0 on 1x NVIDIA H100, the stand-in"). A constant, not
+  discovered from params/*.yaml: a substrate with
   nothing stored for a notebook must still be a column ("not measured", never a number),
   which discovery would drop, and the suites with no committed results (h200.yaml,
   rtx-pro-6000.yaml, dgx-spark-gb10.yaml, smoke.yaml) would add columns of nothing.

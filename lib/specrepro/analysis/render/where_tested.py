@@ -12,8 +12,9 @@ Design:
   nothing is judged here.
 - A stand-in cell is "pending: not yet measured" where no suite of `STANDINS` stored anything
   for the finding, else which stored it (replayed by `make all PARAMS=<suite>`), or, where
-  every stand-in suite excludes the finding, the suites' reason (08 reads their cells itself). A constant,
-  as `SUITES` is: the stand-in suites are the project's, not discovered.
+  every stand-in suite excludes the finding, the suites' reason (08 reads their cells
+  itself). A constant, as `SUITES` is: the stand-in suites are the project's, not
+  discovered.
 """
 
 from __future__ import annotations
