@@ -7,7 +7,10 @@ a quantized target and a 27B-class stand-in. Each exporter is a command of `spec
 
 - `drafters.py`: `specrepro export-drafters`, each drafter in the folder vLLM 0.26.0 or
   SGLang 0.5.14 loads (`build/engine-drafters/<engine>/<name>/`); also the folder helpers the
-  other two share (`file_sha256`, `replace_folder`, the drafters' configs).
+  others share (`file_sha256`, `new_folder`, `write_checkpoint`, `readable_by_all`, the
+  drafters' configs).
+- `fp8_drafter.py`: `specrepro export-fp8-drafter`, a block drafter as the FP8 checkpoint
+  vLLM 0.26.0 loads as FP8 (`build/standin/vllm/dflash-fp8/`).
 - `nvfp4.py`: `specrepro export-nvfp4`, the target as an NVFP4 checkpoint in
   compressed-tensors' layout (`build/nvfp4-target/`).
 - `standin.py`: `specrepro export-standin`, the target and drafters inflated to a declared

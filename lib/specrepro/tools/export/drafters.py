@@ -41,6 +41,8 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -313,14 +315,42 @@ def export_drafters(checkpoint: str | Path, out_root: str | Path,
             dest = folders[engine, name] = parent / name
             if not force and is_current(dest, src.dir, name):
                 continue
-            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.new.", dir=parent))
-            try:
+            with new_folder(dest) as tmp:
                 _write(src, name, engine, tmp)
-                replace_folder(tmp, dest)
-            finally:
-                # nothing is left after the rename; a failed write leaves its partial folder
-                shutil.rmtree(tmp, ignore_errors=True)
     return folders
+
+
+@contextmanager
+def new_folder(dest: Path) -> Iterator[Path]:
+    """A temporary sibling of `dest` to write a whole folder into: on a clean exit it takes
+    dest's place (`replace_folder`); a failed write leaves no partial folder behind."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.new.", dir=dest.parent))
+    try:
+        yield tmp
+        replace_folder(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing is left after the rename
+
+
+def write_checkpoint(folder: Path, config: dict, tensors: dict, source: Path,
+                     copy: Iterable[str]) -> list[str]:
+    """A checkpoint's `config.json` and `model.safetensors` in `folder`, and those of the
+    files `copy` names that `source` has, copied beside them; returns the copied names."""
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file({k: v.contiguous() for k, v in tensors.items()},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})
+    copied = [f for f in copy if (source / f).is_file()]
+    for f in copied:
+        shutil.copy2(source / f, folder / f)
+    return copied
+
+
+def readable_by_all(folder: Path) -> None:
+    """mkdtemp's 0700 and safetensors' 0600 would hide an export from other users."""
+    folder.chmod(0o755)
+    for f in folder.iterdir():
+        f.chmod(0o644)
 
 
 def replace_folder(new: Path, dest: Path) -> None:

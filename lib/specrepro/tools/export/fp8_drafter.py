@@ -41,15 +41,18 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from specrepro.tools.export.drafters import file_sha256, replace_folder
+from specrepro.tools.export.drafters import (
+    file_sha256,
+    new_folder,
+    readable_by_all,
+    write_checkpoint,
+)
 
 E4M3_MAX = 448.0
 EXPORTER_FORMAT = 1  # bump when what is written changes
@@ -134,16 +137,9 @@ def export_fp8_drafter(drafter: str | Path, out: str | Path, device: str = "cpu"
     config, tensors = _read(drafter)
     quantized = quantize_tensors(tensors, device)
     qcfg = quantization_config(config)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.new.", dir=out.parent))
-    try:
-        (tmp / "config.json").write_text(
-            json.dumps({**config, "quantization_config": qcfg}, indent=2) + "\n")
-        save_file({k: v.contiguous() for k, v in quantized.items()},
-                  str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        copied = [f for f in COPIED if (drafter / f).is_file()]
-        for f in copied:
-            shutil.copy2(drafter / f, tmp / f)
+    with new_folder(out) as tmp:
+        copied = write_checkpoint(tmp, {**config, "quantization_config": qcfg}, quantized,
+                                  drafter, COPIED)
         ours = {"exporter": "fp8_drafter", "exporter_format": EXPORTER_FORMAT,
                 "quantization_config": qcfg}
         source = _standin_meta(drafter)
@@ -158,12 +154,7 @@ def export_fp8_drafter(drafter: str | Path, out: str | Path, device: str = "cpu"
                        for f in ("config.json", "model.safetensors", *copied)}
             (tmp / "export.json").write_text(json.dumps({**ours, "source": str(drafter.resolve()),
                                                          "sources": sources}, indent=2) + "\n")
-        tmp.chmod(0o755)  # mkdtemp's 0700 and safetensors' 0600 would hide it from other users
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        replace_folder(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        readable_by_all(tmp)
     n_q = sum(1 for k in tensors if QUANTIZED.match(k))
     n_kept = sum(1 for k in tensors if KEPT_BF16.match(k))
     before = sum(v.numel() * v.element_size() for v in tensors.values())

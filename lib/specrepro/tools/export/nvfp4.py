@@ -51,13 +51,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from specrepro.embedded.quant import (
     E2M1_MAX,
@@ -67,7 +65,12 @@ from specrepro.embedded.quant import (
     round_to_e2m1,
     round_to_e4m3,
 )
-from specrepro.tools.export.drafters import file_sha256, replace_folder
+from specrepro.tools.export.drafters import (
+    file_sha256,
+    new_folder,
+    readable_by_all,
+    write_checkpoint,
+)
 
 FORMAT = "nvfp4-pack-quantized"
 SCHEMES = ("nvfp4", "nvfp4a16")  # W4A4 (compressed-tensors preset NVFP4) and weight-only
@@ -230,28 +233,16 @@ def export_nvfp4(checkpoint: str | Path, out: str | Path, scheme: str = "nvfp4")
     names = _linear_names(tensors)
     amax = calibrate_input_amax(checkpoint, names) if scheme == "nvfp4" else None
     quantized = quantize_tensors(tensors, amax)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.new.", dir=out.parent))
-    try:
-        (tmp / "config.json").write_text(
-            json.dumps({**config, "quantization_config": qcfg}, indent=2) + "\n")
-        save_file({k: v.contiguous() for k, v in quantized.items()},
-                  str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        copied = [f for f in COPIED if (checkpoint / f).is_file()]
-        for f in copied:
-            shutil.copy2(checkpoint / f, tmp / f)
+    with new_folder(out) as tmp:
+        copied = write_checkpoint(tmp, {**config, "quantization_config": qcfg}, quantized,
+                                  checkpoint, COPIED)
         sources = {f: file_sha256(checkpoint / f) for f in ("config.json", "model.safetensors",
                                                          *copied)}
         meta = {"exporter_format": EXPORTER_FORMAT, "format": FORMAT, "scheme": scheme,
                 "checkpoint": str(checkpoint.resolve()), "quantized_layers": len(names),
                 "sources": sources}
         (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
-        tmp.chmod(0o755)  # mkdtemp's 0700 and safetensors' 0600 would hide it from other users
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        replace_folder(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        readable_by_all(tmp)
     return out
 
 

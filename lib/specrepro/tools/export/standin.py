@@ -35,7 +35,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -47,7 +46,7 @@ from safetensors.torch import load_file, save_file
 from specrepro.embedded.checkpoint import list_drafters, read_drafter_config
 from specrepro.embedded.model import ModelConfig
 from specrepro.embedded.tokenizer import Tokenizer
-from specrepro.tools.export.drafters import dflash_config, eagle_config, file_sha256, replace_folder
+from specrepro.tools.export.drafters import dflash_config, eagle_config, file_sha256, new_folder
 from specrepro.tools.export.inflate import (
     Inflater,
     Stack,
@@ -449,9 +448,7 @@ def export_standin(out: str | Path, target_gib: float | None = None,
     if not force and is_current(out, rec):
         meta = json.loads((out / RECIPE).read_text())
         return {**meta, "written": False}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.new.", dir=out.parent))
-    try:
+    with new_folder(out) as tmp:
         t0 = time.monotonic()
         sizes = _write_all(checkpoint, tmp, the_plan, drafters, budget.seed, device)
         for part in sorted({p.parent for p in tmp.glob("*/*/model.safetensors")}
@@ -460,9 +457,6 @@ def export_standin(out: str | Path, target_gib: float | None = None,
         meta = {"recipe": rec, "bytes": sizes, "seconds": round(time.monotonic() - t0, 1),
                 "table": budget_table(budget, the_plan, sizes)}
         (tmp / RECIPE).write_text(json.dumps(meta, indent=2) + "\n")
-        replace_folder(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {**meta, "written": True}
 
 
