@@ -28,10 +28,8 @@ import asyncio
 import fcntl
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -332,10 +330,6 @@ def engine_exports() -> Path:
             if final.exists():  # an earlier export cut short: completed in place
                 assert export(str(final)) == 0
                 continue
-            scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=build))
-            try:
-                assert export(str(scratch / name)) == 0
-                (scratch / name).rename(final)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
+            with drafters.new_folder(final) as scratch:
+                assert export(str(scratch)) == 0
     return root

@@ -29,7 +29,7 @@ import yaml
 from specrepro.analysis.render import notebooks, report
 from specrepro.analysis.render.substrates import SUITES
 from specrepro.analysis.verdict import rules
-from specrepro.params import NOTEBOOK_IDS
+from specrepro.params import NOTEBOOK_IDS, load_suite
 from test_report_index import constructed_notebook, reports_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,8 +181,7 @@ def where_problems(name: str, found: dict | None, verdicts: bool) -> list[str]:
     if len(found["head"]) < 2 or found["head"][1] != SUITES[0].role:
         problems.append(f"{name}: table#where-tested's first substrate is "
                         f"{found['head'][1:2]}, expected {SUITES[0].role!r}")
-    store = ROOT / yaml.safe_load((ROOT / SUITES[0].params).read_text())["results_dir"].replace(
-        "../", "", 1)
+    store = load_suite(ROOT / SUITES[0].params).results_path
     verdict = re.compile(rf"^\S+ ({'|'.join(map(re.escape, OUTCOMES))}): ")
     for nb, *cells in found["rows"] if verdicts else []:
         measured = any((store / nb).rglob("*.parquet"))

@@ -119,9 +119,9 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
     if cells.height == 0:
         suite_file = _shown(suite.path)
         why_not = why_not or cannot_measure_here(study)
+        store = ResultStore(base, study.name, suite.run_id)
         # a store whose files were damaged was measured: say where they went instead
-        gone = [e["file"] for e in ResultStore(base, study.name, suite.run_id)
-                .manifest().get("quarantined", [])]
+        gone = [e["file"] for e in store.manifest().get("quarantined", [])]
         raise FindingError(
             f"{notebook_id}: no stored results for study {study.name!r} of suite "
             f"{suite.name!r} in {_shown(store_root)}: "
@@ -135,8 +135,7 @@ def load_finding(params_file: str | Path, notebook_id: str, mode: Mode = "auto",
             f"{_shown(store_root.parent)}/"
             # the folders only matter where cells are stored and none matched; a store
             # that was never written has nothing they could match
-            + (missing_local_folders(study) if any(ResultStore(base, study.name, suite.run_id)
-                                                   .cells_dir.glob("*.parquet")) else "")
+            + (missing_local_folders(study) if any(store.cells_dir.glob("*.parquet")) else "")
             + probe_answers(study, base, suite.run_id, suite_file))
     return from_store(notebook_id, study, suite, store_root, stored, measured, why_not)
 
